@@ -1,0 +1,95 @@
+//! One error type for every public call.
+//!
+//! Each variant names what went wrong in terms the caller can act on: which argument was bad,
+//! which object and offset failed, whether data is still safe in the cache.
+
+use std::io;
+
+/// The result of every fallible ucache call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in ucache.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A buffer size that is not a power of two between 4 KiB and 1 GiB.
+    #[error("invalid buffer size {0}: must be a power of two from 4096 to 1 GiB")]
+    BadBufferSize(usize),
+
+    /// A zero length, or a length that the mapping's mode cannot cover.
+    #[error("invalid length {len}: {why}")]
+    BadLength { len: u64, why: &'static str },
+
+    /// A cache budget that cannot hold even one eviction batch.
+    #[error("memory budget {budget} bytes is smaller than one eviction batch ({batch} bytes)")]
+    BudgetTooSmall { budget: u64, batch: u64 },
+
+    /// Any other invalid option.
+    #[error("invalid argument: {0}")]
+    BadArgument(String),
+
+    /// A read-only mapping that reaches past the end of its object.
+    #[error("mapping of {len} bytes at offset {offset} exceeds object '{object}' of {object_len} bytes")]
+    BeyondObject { object: String, offset: u64, len: u64, object_len: u64 },
+
+    /// The store has no object by that name.
+    #[error("object '{object}' not found")]
+    NotFound { object: String },
+
+    /// An address or range outside every mapping (or outside the named mapping).
+    #[error("address range {addr:#x}+{len} is outside the mapping(s)")]
+    OutOfRange { addr: usize, len: usize },
+
+    /// A write access through a read-only mapping.
+    #[error("mapping is read-only")]
+    ReadOnly,
+
+    /// Every resident buffer is pinned or refused eviction, so no memory can be freed.
+    #[error("cache budget exhausted: {resident} buffers resident and none evictable")]
+    BudgetExhausted { resident: u64 },
+
+    /// The store returned fewer bytes than the buffer needs.
+    #[error("short {op} on '{object}' at offset {offset}: {got} of {want} bytes")]
+    ShortIo { op: &'static str, object: String, offset: u64, got: usize, want: usize },
+
+    /// The store failed. For a failed write-back the data stays dirty and resident.
+    #[error("{op} failed on '{object}' at offset {offset}: {source}")]
+    Io {
+        op: &'static str,
+        object: String,
+        offset: u64,
+        #[source]
+        source: io::Error,
+    },
+
+    /// Some buffers could not be written back; they stay dirty and resident.
+    #[error("write-back failed for {failed} buffer(s); first: {first}")]
+    WritebackFailed { failed: usize, first: Box<Error> },
+
+    /// A call on a mapping that was already unmapped.
+    #[error("mapping was unmapped")]
+    Unmapped,
+
+    /// An operating system call that ucache itself made failed (mmap, madvise, ...).
+    #[error("{call} failed: {source}")]
+    Os {
+        call: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// Wraps the calling thread's `errno` from a failed system call.
+    pub(crate) fn last_os(call: &'static str) -> Self {
+        Error::Os { call, source: io::Error::last_os_error() }
+    }
+
+    /// Wraps a store IO error with the object and offset it concerns.
+    pub fn io(op: &'static str, object: &str, offset: u64, source: io::Error) -> Self {
+        if source.kind() == io::ErrorKind::NotFound {
+            return Error::NotFound { object: object.to_string() };
+        }
+        Error::Io { op, object: object.to_string(), offset, source }
+    }
+}

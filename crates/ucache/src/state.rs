@@ -1,0 +1,471 @@
+//! The buffer state word: ucache's software page-table entry.
+//!
+//! Every buffer has one `AtomicU64`. All coordination between threads that touch the same buffer
+//! (loaders, pinners, writers, evictors) happens through compare-and-swap on this word alone, so
+//! there is no lock shared between buffers on the hit or the miss path.
+//!
+//! ```text
+//!  63                         25 24  23  22  21  20  19..17  16  15..0
+//! +-----------------------------+---+---+---+---+---+-------+---+------+
+//! |          version            | W | WB| P | R | D | phase | X | pins |
+//! +-----------------------------+---+---+---+---+---+-------+---+------+
+//! ```
+//!
+//! - `pins`: shared pin count; `X`: exclusive pin.
+//! - `phase`: [`Phase::Evicted`] → [`Phase::Loading`] → [`Phase::Cached`] → [`Phase::Evicting`]
+//!   → [`Phase::Evicted`]. Exactly one thread wins each of the `Evicted → Loading` and
+//!   `Cached → Evicting` CASes, and that thread alone moves the buffer on to the next phase.
+//! - `D` dirty, `R` referenced (set by every pin, cleared by CLOCK-like policies), `P` loaded by
+//!   a prefetch and not used yet, `WB` a write-back is in flight (it holds a shared pin so the
+//!   data cannot change under the IO), `W` some thread is parked on this word.
+//! - `version`: bumped on every exclusive unpin and every eviction, so an optimistic reader that
+//!   saw the same version before and after its read knows the bytes it read were stable.
+//!
+//! The functions on [`Word`] are pure: they compute the next word or refuse. [`BufferState`]
+//! applies them with CAS and wakes parked waiters when a transition clears `W`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where a buffer is in its life cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// Not resident; the memory behind it holds no data.
+    Evicted = 0,
+    /// One thread is reading it from the store; everyone else waits.
+    Loading = 1,
+    /// Resident and valid.
+    Cached = 2,
+    /// One thread is dropping its memory; it cannot be cancelled any more.
+    Evicting = 3,
+}
+
+const PIN_MASK: u64 = 0xFFFF;
+/// Most shared pins one buffer can carry at once.
+pub const MAX_PINS: u64 = PIN_MASK - 1;
+const X: u64 = 1 << 16;
+const PHASE_SHIFT: u32 = 17;
+const PHASE_MASK: u64 = 0b111 << PHASE_SHIFT;
+const DIRTY: u64 = 1 << 20;
+const REFERENCED: u64 = 1 << 21;
+const PREFETCHED: u64 = 1 << 22;
+const WRITING: u64 = 1 << 23;
+const WAITERS: u64 = 1 << 24;
+const VERSION_SHIFT: u32 = 25;
+const VERSION_ONE: u64 = 1 << VERSION_SHIFT;
+const FLAGS_CLEARED_ON_EVICT: u64 = DIRTY | REFERENCED | PREFETCHED | WRITING;
+
+/// One value of the state word, with the pure transition functions.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Word(pub u64);
+
+impl std::fmt::Debug for Word {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} pins={} x={} d={} r={} p={} wb={} w={} v={}",
+            self.phase(),
+            self.pins(),
+            self.exclusive() as u8,
+            self.dirty() as u8,
+            self.referenced() as u8,
+            self.prefetched() as u8,
+            self.writing() as u8,
+            self.has_waiters() as u8,
+            self.version()
+        )
+    }
+}
+
+impl Word {
+    pub const EVICTED: Word = Word(0);
+
+    #[inline]
+    pub fn phase(self) -> Phase {
+        match (self.0 & PHASE_MASK) >> PHASE_SHIFT {
+            0 => Phase::Evicted,
+            1 => Phase::Loading,
+            2 => Phase::Cached,
+            _ => Phase::Evicting,
+        }
+    }
+    #[inline]
+    pub fn pins(self) -> u64 {
+        self.0 & PIN_MASK
+    }
+    #[inline]
+    pub fn exclusive(self) -> bool {
+        self.0 & X != 0
+    }
+    #[inline]
+    pub fn dirty(self) -> bool {
+        self.0 & DIRTY != 0
+    }
+    #[inline]
+    pub fn referenced(self) -> bool {
+        self.0 & REFERENCED != 0
+    }
+    #[inline]
+    pub fn prefetched(self) -> bool {
+        self.0 & PREFETCHED != 0
+    }
+    #[inline]
+    pub fn writing(self) -> bool {
+        self.0 & WRITING != 0
+    }
+    #[inline]
+    pub fn has_waiters(self) -> bool {
+        self.0 & WAITERS != 0
+    }
+    #[inline]
+    pub fn version(self) -> u64 {
+        self.0 >> VERSION_SHIFT
+    }
+    /// Unpinned, not locked, not being written: nothing holds the buffer.
+    #[inline]
+    pub fn idle(self) -> bool {
+        self.0 & (PIN_MASK | X | WRITING) == 0
+    }
+
+    #[inline]
+    fn with_phase(self, p: Phase) -> Word {
+        Word((self.0 & !PHASE_MASK) | ((p as u64) << PHASE_SHIFT))
+    }
+    #[inline]
+    fn bump(self) -> Word {
+        Word(self.0.wrapping_add(VERSION_ONE))
+    }
+    #[inline]
+    fn without_waiters(self) -> Word {
+        Word(self.0 & !WAITERS)
+    }
+
+    /// Shared pin of a cached buffer that no one holds exclusively.
+    #[inline]
+    pub fn pin_shared(self) -> Option<Word> {
+        (self.phase() == Phase::Cached && !self.exclusive() && self.pins() < MAX_PINS)
+            .then(|| Word((self.0 + 1) & !PREFETCHED | REFERENCED))
+    }
+    /// Drops one shared pin.
+    #[inline]
+    pub fn unpin_shared(self) -> Word {
+        debug_assert!(self.pins() > 0, "unpin of unpinned buffer: {self:?}");
+        Word(self.0 - 1)
+    }
+    /// Exclusive pin of a cached buffer that nobody else holds.
+    #[inline]
+    pub fn pin_exclusive(self) -> Option<Word> {
+        (self.phase() == Phase::Cached && self.idle())
+            .then(|| Word((self.0 | X | REFERENCED) & !PREFETCHED))
+    }
+    /// Drops the exclusive pin; a writer marks the buffer dirty. Bumps the version so optimistic
+    /// readers of the old contents fail validation.
+    #[inline]
+    pub fn unpin_exclusive(self, dirty: bool) -> Word {
+        debug_assert!(self.exclusive(), "exclusive unpin without X: {self:?}");
+        let w = Word(self.0 & !X | if dirty { DIRTY } else { 0 });
+        w.bump()
+    }
+    /// Marks an exclusively pinned buffer dirty before its unpin.
+    #[inline]
+    pub fn mark_dirty(self) -> Word {
+        Word(self.0 | DIRTY)
+    }
+    /// Step one of insertion: the single winner of this CAS does the IO.
+    #[inline]
+    pub fn begin_load(self) -> Option<Word> {
+        (self.phase() == Phase::Evicted && self.idle()).then(|| self.with_phase(Phase::Loading))
+    }
+    /// Step two of insertion: publish the loaded buffer, optionally pinned for the loader.
+    #[inline]
+    pub fn finish_load(self, pin: Pin, prefetched: bool) -> Word {
+        debug_assert_eq!(self.phase(), Phase::Loading);
+        let w = self.with_phase(Phase::Cached);
+        let w = match pin {
+            Pin::None => w,
+            Pin::Shared => Word(w.0 + 1 | REFERENCED),
+            Pin::Exclusive => Word(w.0 | X | REFERENCED),
+        };
+        if prefetched {
+            Word(w.0 | PREFETCHED)
+        } else {
+            w
+        }
+    }
+    /// The load failed: back to evicted, with a new version.
+    #[inline]
+    pub fn abort_load(self) -> Word {
+        debug_assert_eq!(self.phase(), Phase::Loading);
+        self.with_phase(Phase::Evicted).bump()
+    }
+    /// Claims a clean, idle, cached buffer for eviction. A pinned, locked or dirty buffer is
+    /// refused: eviction is cancelled, never waited for.
+    #[inline]
+    pub fn begin_evict(self) -> Option<Word> {
+        (self.phase() == Phase::Cached && self.idle() && !self.dirty())
+            .then(|| self.with_phase(Phase::Evicting))
+    }
+    /// The memory is dropped: evicted, flags cleared, new version.
+    #[inline]
+    pub fn finish_evict(self) -> Word {
+        debug_assert_eq!(self.phase(), Phase::Evicting);
+        Word(self.0 & !FLAGS_CLEARED_ON_EVICT).with_phase(Phase::Evicted).bump()
+    }
+    /// Starts writing a dirty buffer back: holds a shared pin so no writer can change the bytes
+    /// under the IO, clears dirty (a failed write sets it again), sets WB.
+    #[inline]
+    pub fn begin_writeback(self) -> Option<Word> {
+        (self.phase() == Phase::Cached
+            && self.dirty()
+            && !self.exclusive()
+            && !self.writing()
+            && self.pins() < MAX_PINS)
+            .then(|| Word((self.0 + 1) & !DIRTY | WRITING))
+    }
+    /// Ends a write-back: drops its pin and WB; a failed write leaves the buffer dirty.
+    #[inline]
+    pub fn finish_writeback(self, ok: bool) -> Word {
+        debug_assert!(self.writing() && self.pins() > 0);
+        Word((self.0 - 1) & !WRITING | if ok { 0 } else { DIRTY })
+    }
+    /// Clears the referenced bit (CLOCK's second chance).
+    #[inline]
+    pub fn clear_referenced(self) -> Word {
+        Word(self.0 & !REFERENCED)
+    }
+}
+
+/// What pin the loader keeps when it publishes a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pin {
+    None,
+    Shared,
+    Exclusive,
+}
+
+/// Spins before a waiter parks. A 4 KiB load from a fast device takes a few µs; a short spin
+/// catches hand-offs that are about to happen without burning a core for a whole IO.
+const SPINS: u32 = 64;
+
+/// The atomic state word of one buffer.
+#[repr(transparent)]
+#[derive(Default)]
+pub struct BufferState(AtomicU64);
+
+impl BufferState {
+    pub const fn new() -> Self {
+        BufferState(AtomicU64::new(0))
+    }
+
+    #[inline]
+    pub fn load(&self) -> Word {
+        Word(self.0.load(Ordering::Acquire))
+    }
+
+    /// Moves from `old` to `new` if the word still equals `old`. Wakes parked waiters when
+    /// `old` had some: every successful transition is a change they may be waiting for.
+    #[inline]
+    pub fn cas(&self, old: Word, new: Word) -> Result<(), Word> {
+        let new = new.without_waiters();
+        match self.0.compare_exchange(old.0, new.0, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                if old.has_waiters() {
+                    self.wake();
+                }
+                Ok(())
+            }
+            Err(cur) => Err(Word(cur)),
+        }
+    }
+
+    /// Applies `f` until it refuses (returns `None`) or the CAS succeeds.
+    #[inline]
+    pub fn update(&self, mut f: impl FnMut(Word) -> Option<Word>) -> Result<Word, Word> {
+        let mut cur = self.load();
+        loop {
+            let Some(new) = f(cur) else { return Err(cur) };
+            match self.cas(cur, new) {
+                Ok(()) => return Ok(new),
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    /// Drops a shared pin with one atomic subtraction (the hit path's unpin).
+    #[inline]
+    pub fn unpin_shared(&self) {
+        let old = Word(self.0.fetch_sub(1, Ordering::Release));
+        debug_assert!(old.pins() > 0, "unpin of unpinned buffer: {old:?}");
+        if old.has_waiters() {
+            self.0.fetch_and(!WAITERS, Ordering::AcqRel);
+            self.wake();
+        }
+    }
+
+    /// Waits until the word is no longer `seen`: spins briefly, then parks on this word alone.
+    pub fn wait_change(&self, seen: Word) {
+        for i in 0..SPINS {
+            if self.load() != seen {
+                return;
+            }
+            if i < SPINS / 2 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let marked = Word(seen.0 | WAITERS);
+        if !seen.has_waiters()
+            && self
+                .0
+                .compare_exchange(seen.0, marked.0, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return;
+        }
+        let key = self.key();
+        // SAFETY: `park` requires that validate and before_sleep do not panic or call park
+        // themselves; ours only load an atomic. The key is this word's address, which lives as
+        // long as the mapping, and any thread that clears WAITERS calls `unpark_all` on it.
+        unsafe {
+            parking_lot_core::park(
+                key,
+                || self.0.load(Ordering::Acquire) == marked.0,
+                || {},
+                |_, _| {},
+                parking_lot_core::DEFAULT_PARK_TOKEN,
+                None,
+            );
+        }
+    }
+
+    #[cold]
+    fn wake(&self) {
+        // SAFETY: the key is this word's address; unpark_all only touches parking_lot's queues.
+        unsafe {
+            parking_lot_core::unpark_all(self.key(), parking_lot_core::DEFAULT_UNPARK_TOKEN);
+        }
+    }
+
+    fn key(&self) -> usize {
+        &self.0 as *const AtomicU64 as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_publish_pin_unpin() {
+        let w = Word::EVICTED;
+        assert_eq!(w.pin_shared(), None, "cannot pin an evicted buffer");
+        let l = w.begin_load().unwrap();
+        assert_eq!(l.phase(), Phase::Loading);
+        assert_eq!(l.begin_load(), None, "only one loader");
+        assert_eq!(l.pin_shared(), None, "cannot pin while loading");
+        let c = l.finish_load(Pin::Shared, false);
+        assert_eq!((c.phase(), c.pins(), c.referenced()), (Phase::Cached, 1, true));
+        let c2 = c.pin_shared().unwrap();
+        assert_eq!(c2.pins(), 2);
+        assert_eq!(c2.pin_exclusive(), None, "exclusive waits for shared pins");
+        assert_eq!(c2.begin_evict(), None, "pinned buffers are not evicted");
+        let c0 = c2.unpin_shared().unpin_shared();
+        assert_eq!(c0.pins(), 0);
+        assert_eq!(c0.version(), c.version(), "shared pins do not change the version");
+    }
+
+    #[test]
+    fn exclusive_bumps_version_and_dirties() {
+        let c = Word::EVICTED.begin_load().unwrap().finish_load(Pin::None, false);
+        let x = c.pin_exclusive().unwrap();
+        assert!(x.exclusive());
+        assert_eq!(x.pin_shared(), None);
+        assert_eq!(x.pin_exclusive(), None);
+        let u = x.unpin_exclusive(true);
+        assert!(!u.exclusive() && u.dirty());
+        assert_eq!(u.version(), c.version() + 1);
+        assert_eq!(u.begin_evict(), None, "dirty buffers are written back before eviction");
+    }
+
+    #[test]
+    fn writeback_holds_a_pin_and_restores_dirty_on_failure() {
+        let d = Word::EVICTED
+            .begin_load()
+            .unwrap()
+            .finish_load(Pin::Exclusive, false)
+            .unpin_exclusive(true);
+        let wb = d.begin_writeback().unwrap();
+        assert!(wb.writing() && !wb.dirty() && wb.pins() == 1);
+        assert_eq!(wb.begin_writeback(), None, "one write-back at a time");
+        assert_eq!(wb.pin_exclusive(), None, "no writer during write-back");
+        assert!(wb.pin_shared().is_some(), "readers proceed during write-back");
+        let failed = wb.finish_writeback(false);
+        assert!(failed.dirty() && !failed.writing() && failed.pins() == 0);
+        let ok = failed.begin_writeback().unwrap().finish_writeback(true);
+        assert!(!ok.dirty());
+        assert!(ok.begin_evict().is_some());
+    }
+
+    #[test]
+    fn eviction_cycle_bumps_version_and_clears_flags() {
+        let c = Word::EVICTED.begin_load().unwrap().finish_load(Pin::None, true);
+        assert!(c.prefetched());
+        let e = c.begin_evict().unwrap();
+        assert_eq!(e.phase(), Phase::Evicting);
+        assert_eq!(e.pin_shared(), None);
+        assert_eq!(e.begin_load(), None);
+        let ev = e.finish_evict();
+        assert_eq!(ev.phase(), Phase::Evicted);
+        assert!(!ev.prefetched() && !ev.referenced() && !ev.dirty());
+        assert_eq!(ev.version(), c.version() + 1);
+        assert!(ev.begin_load().is_some());
+    }
+
+    #[test]
+    fn aborted_load_returns_to_evicted() {
+        let l = Word::EVICTED.begin_load().unwrap();
+        let a = l.abort_load();
+        assert_eq!(a.phase(), Phase::Evicted);
+        assert_eq!(a.version(), 1);
+    }
+
+    #[test]
+    fn pin_clears_prefetched_and_sets_referenced() {
+        let c = Word::EVICTED.begin_load().unwrap().finish_load(Pin::None, true);
+        let p = c.pin_shared().unwrap();
+        assert!(!p.prefetched() && p.referenced());
+        assert!(!p.clear_referenced().referenced());
+    }
+
+    #[test]
+    fn pin_count_saturates() {
+        let mut w = Word::EVICTED.begin_load().unwrap().finish_load(Pin::None, false);
+        for _ in 0..MAX_PINS {
+            w = w.pin_shared().unwrap();
+        }
+        assert_eq!(w.pin_shared(), None);
+        assert_eq!(w.phase(), Phase::Cached);
+    }
+
+    #[test]
+    fn waiters_are_woken_by_a_transition() {
+        let s = std::sync::Arc::new(BufferState::new());
+        let l = Word::EVICTED.begin_load().unwrap();
+        s.cas(Word::EVICTED, l).unwrap();
+        let s2 = s.clone();
+        let t = std::thread::spawn(move || {
+            let mut w = s2.load();
+            while w.phase() == Phase::Loading {
+                s2.wait_change(w);
+                w = s2.load();
+            }
+            w.phase()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let cur = s.load();
+        s.cas(cur, cur.finish_load(Pin::None, false)).unwrap();
+        assert_eq!(t.join().unwrap(), Phase::Cached);
+        assert!(!s.load().has_waiters());
+    }
+}

@@ -1,0 +1,186 @@
+//! Where buffers come from and go to: the paper's uVFS (Table 3).
+//!
+//! A [`Store`] is a namespace (a directory, a block device, a bucket, a map in memory) that
+//! opens [`Object`]s by name. An object is what one mapping caches. The cache only ever calls
+//! the object with whole buffers at buffer-aligned offsets, so a store never has to split or
+//! merge requests; batches let a store keep many of them in flight at once.
+//!
+//! Applications implement these two traits to put their own storage under a mapping.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use ucache::store::{MemoryStore, OpenOptions, Store};
+//!
+//! let store = MemoryStore::new();
+//! store.insert("table", vec![7u8; 8192]);
+//! let object = store.open("table", OpenOptions::read_only()).unwrap();
+//! let mut buf = vec![0u8; 4096];
+//! assert_eq!(object.read_at(&mut buf, 4096).unwrap(), 4096);
+//! assert!(buf.iter().all(|&b| b == 7));
+//! ```
+
+use std::io;
+use std::sync::Arc;
+
+use crate::error::Result;
+
+mod fault;
+mod file;
+mod memory;
+mod uring;
+
+// TODO(stores): re-export FaultStore, FileStore, UringStore once written.
+pub use memory::MemoryStore;
+
+/// How to open an object.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Open for writing as well as reading.
+    pub write: bool,
+    /// Create the object if it does not exist (implies `write`).
+    pub create: bool,
+}
+
+impl OpenOptions {
+    pub fn read_only() -> Self {
+        OpenOptions { write: false, create: false }
+    }
+    pub fn read_write() -> Self {
+        OpenOptions { write: true, create: false }
+    }
+    pub fn create() -> Self {
+        OpenOptions { write: true, create: true }
+    }
+}
+
+/// A namespace of objects.
+pub trait Store: Send + Sync + 'static {
+    /// Opens `object`. A missing object is [`crate::Error::NotFound`].
+    fn open(&self, object: &str, options: OpenOptions) -> Result<Arc<dyn Object>>;
+}
+
+/// One batched request: `len` bytes at `ptr` to or from `offset` of the object.
+///
+/// Constructed only through [`IoBuf::new`], whose caller promises that the memory is valid and
+/// not accessed by anyone else until the batch call that receives it returns. Stores can
+/// therefore hand `ptr` to the kernel (pread, io_uring) without further checks.
+#[derive(Debug)]
+pub struct IoBuf {
+    ptr: *mut u8,
+    len: usize,
+    offset: u64,
+}
+
+// SAFETY: an IoBuf is an exclusive loan of memory for the duration of one batch call (see
+// `IoBuf::new`), so moving it to the thread that runs the batch is sound.
+unsafe impl Send for IoBuf {}
+
+impl IoBuf {
+    /// # Safety
+    /// `ptr..ptr+len` must be valid for reads and writes, and no other code may access it until
+    /// the batch call this request is passed to has returned.
+    pub unsafe fn new(ptr: *mut u8, len: usize, offset: u64) -> Self {
+        IoBuf { ptr, len, offset }
+    }
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+    /// The memory as a slice for the duration of the batch call.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: the constructor's contract makes this an exclusive, valid loan.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: as above.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+/// One opened object.
+///
+/// Reads and writes use whole buffers at offsets that are multiples of the mapping's buffer
+/// size, and memory aligned to at least 4 KiB, so `O_DIRECT` stores need no bounce buffers.
+pub trait Object: Send + Sync + 'static {
+    /// The name it was opened under, for error messages.
+    fn name(&self) -> &str;
+
+    /// Current length in bytes.
+    fn len(&self) -> io::Result<u64>;
+
+    /// Grows or shrinks the object (read-write mappings larger than their object grow it).
+    fn set_len(&self, len: u64) -> io::Result<()>;
+
+    /// Reads into `buf` from `offset`, retrying partial reads, and returns the bytes read: fewer
+    /// than `buf.len()` only at the end of the object.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+
+    /// Writes all of `buf` at `offset`.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+
+    /// Makes completed writes durable.
+    fn sync(&self) -> io::Result<()>;
+
+    /// Reads a batch; `out[i]` receives the result of `reqs[i]` as [`Object::read_at`] would.
+    /// Stores that can keep many requests in flight override this; the default runs them one
+    /// after another.
+    fn read_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<usize>>) {
+        out.clear();
+        for r in reqs.iter_mut() {
+            let off = r.offset();
+            out.push(self.read_at(r.as_mut_slice(), off));
+        }
+    }
+
+    /// Writes a batch; `out[i]` receives the result of `reqs[i]`.
+    fn write_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<()>>) {
+        out.clear();
+        for r in reqs.iter() {
+            out.push(self.write_at(r.as_slice(), r.offset()));
+        }
+    }
+}
+
+/// Reads until `buf` is full or the object ends, retrying interrupted and partial reads.
+pub(crate) fn read_full(
+    mut read: impl FnMut(&mut [u8], u64) -> io::Result<usize>,
+    buf: &mut [u8],
+    offset: u64,
+) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match read(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// Writes all of `buf`, retrying interrupted and partial writes.
+pub(crate) fn write_full(
+    mut write: impl FnMut(&[u8], u64) -> io::Result<usize>,
+    buf: &[u8],
+    offset: u64,
+) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match write(&buf[done..], offset + done as u64) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
