@@ -378,11 +378,15 @@ impl MappingCore {
         let Some(claimed) = seen.begin_load() else {
             return Ok(false);
         };
-        self.cache.reserve(self.bs as u64)?;
         let s = self.state(i);
         if s.cas(seen, claimed).is_err() {
-            self.cache.release(self.bs as u64);
             return Ok(false);
+        }
+        // Claim first, reserve second: a thread that saw the buffer evicted a moment ago must
+        // not evict others (or this very buffer, once loaded by someone else) for nothing.
+        if let Err(e) = self.cache.reserve(self.bs as u64) {
+            let _ = s.update(|w| Some(w.abort_load()));
+            return Err(e);
         }
         self.resident.fetch_add(1, Ordering::Relaxed);
         let t0 = Instant::now();
@@ -473,7 +477,7 @@ impl MappingCore {
                     OptimisticView::new(self.region.at((i << self.shift) as usize), self.valid(i))
                 };
                 let r = f(&view);
-                std::sync::atomic::fence(Ordering::Acquire);
+                crate::sync::fence(Ordering::Acquire);
                 let v = s.load();
                 if v.phase() == Phase::Cached && !v.exclusive() && v.version() == w.version() {
                     self.stats().add(Counter::Hits, 1);
@@ -503,17 +507,17 @@ impl MappingCore {
                 others.push(i);
                 continue;
             };
+            if s.cas(w, l).is_err() {
+                others.push(i);
+                continue;
+            }
             if let Err(e) = self.cache.reserve(self.bs as u64) {
+                let _ = s.update(|w| Some(w.abort_load()));
                 self.abandon_claims(&claimed);
                 return Err(e);
             }
-            if s.cas(w, l).is_ok() {
-                self.resident.fetch_add(1, Ordering::Relaxed);
-                claimed.push(i);
-            } else {
-                self.cache.release(self.bs as u64);
-                others.push(i);
-            }
+            self.resident.fetch_add(1, Ordering::Relaxed);
+            claimed.push(i);
         }
         Ok((claimed, others))
     }

@@ -24,7 +24,9 @@
 //! The functions on [`Word`] are pure: they compute the next word or refuse. [`BufferState`]
 //! applies them with CAS and wakes parked waiters when a transition clears `W`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
+
+use crate::sync::{self, AtomicU64};
 
 /// Where a buffer is in its life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -257,11 +259,16 @@ const SPINS: u32 = 64;
 
 /// The atomic state word of one buffer.
 #[repr(transparent)]
-#[derive(Default)]
 pub struct BufferState(AtomicU64);
 
+impl Default for BufferState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl BufferState {
-    pub const fn new() -> Self {
+    pub fn new() -> Self {
         BufferState(AtomicU64::new(0))
     }
 
@@ -319,11 +326,14 @@ impl BufferState {
             if self.load() != seen {
                 return;
             }
-            if i < SPINS / 2 {
+            if i < SPINS / 2 && sync::CAN_PARK {
                 std::hint::spin_loop();
             } else {
-                std::thread::yield_now();
+                sync::yield_now();
             }
+        }
+        if !sync::CAN_PARK {
+            return;
         }
         let marked = Word(seen.0 | WAITERS);
         if !seen.has_waiters()
