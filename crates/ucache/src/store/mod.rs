@@ -27,10 +27,14 @@ use crate::error::Result;
 mod fault;
 mod file;
 mod memory;
+#[cfg(test)]
+mod testutil;
 mod uring;
 
-// TODO(stores): re-export FaultStore, FileStore, UringStore once written.
+pub use fault::{FaultConfig, FaultObject, FaultStore};
+pub use file::{FileObject, FileStore};
 pub use memory::MemoryStore;
+pub use uring::{UringObject, UringOptions, UringStore};
 
 /// How to open an object.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -109,6 +113,9 @@ impl IoBuf {
 ///
 /// Reads and writes use whole buffers at offsets that are multiples of the mapping's buffer
 /// size, and memory aligned to at least 4 KiB, so `O_DIRECT` stores need no bounce buffers.
+// `len` is fallible IO on the backing storage, not a container size; an `is_empty` would only
+// be a second way to make the same call.
+#[allow(clippy::len_without_is_empty)]
 pub trait Object: Send + Sync + 'static {
     /// The name it was opened under, for error messages.
     fn name(&self) -> &str;
