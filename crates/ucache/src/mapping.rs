@@ -501,6 +501,8 @@ impl MappingCore {
             let s = self.state(i);
             let w = s.load();
             if w.phase() == Phase::Cached {
+                // Counts as an access for the policy, so this batch's own loads do not evict it.
+                let _ = s.update(|w| w.touch());
                 continue;
             }
             let Some(l) = w.begin_load() else {

@@ -238,6 +238,11 @@ impl Word {
         debug_assert!(self.writing() && self.pins() > 0);
         Word((self.0 - 1) & !WRITING | if ok { 0 } else { DIRTY })
     }
+    /// Sets the referenced bit of a cached buffer: an access without a pin (`ensure_cached`).
+    #[inline]
+    pub fn touch(self) -> Option<Word> {
+        (self.phase() == Phase::Cached && !self.referenced()).then_some(Word(self.0 | REFERENCED))
+    }
     /// Clears the referenced bit (CLOCK's second chance).
     #[inline]
     pub fn clear_referenced(self) -> Word {
