@@ -329,6 +329,13 @@ impl MappingCore {
     /// Pins buffer `i`, loading it if needed. The heart of the hit and miss paths.
     fn pin(self: &Arc<Self>, i: u64, pin: Pin) -> Result<()> {
         let s = self.state(i);
+        if pin == Pin::Shared {
+            if let Some(old) = s.pin_shared_fast() {
+                self.stats().add(Counter::Hits, 1);
+                self.on_hit(i, old);
+                return Ok(());
+            }
+        }
         let mut w = s.load();
         let mut waited = false;
         loop {
@@ -339,15 +346,9 @@ impl MappingCore {
             if let Some(n) = next {
                 match s.cas(w, n) {
                     Ok(()) => {
-                        if !waited {
-                            self.stats().add(Counter::Hits, 1);
-                        }
-                        if w.prefetched() {
-                            self.stats().add(Counter::PrefetchUsed, 1);
-                        }
-                        if self.policy_hits {
-                            self.policy.on_hit(i);
-                        }
+                        let c = if waited { Counter::Waits } else { Counter::Hits };
+                        self.stats().add(c, 1);
+                        self.on_hit(i, w);
                         return Ok(());
                     }
                     Err(cur) => {
@@ -362,13 +363,21 @@ impl MappingCore {
                     return Ok(());
                 }
             } else {
-                if !waited {
-                    self.stats().add(Counter::Waits, 1);
-                    waited = true;
-                }
+                waited = true;
                 s.wait_change(w);
             }
             w = s.load();
+        }
+    }
+
+    /// The hooks of a pin that found the buffer cached (`old` is the word before the pin).
+    #[inline]
+    fn on_hit(&self, i: u64, old: Word) {
+        if old.prefetched() {
+            self.stats().add(Counter::PrefetchUsed, 1);
+        }
+        if self.policy_hits {
+            self.policy.on_hit(i);
         }
     }
 
