@@ -533,16 +533,28 @@ mod tests {
         let s = BufferState::new();
         assert!(s.pin_shared_fast().is_none(), "evicted");
         assert_eq!(s.load(), Word::EVICTED, "a refused fast pin is undone");
-        s.cas(Word::EVICTED, Word::EVICTED.begin_load().unwrap().finish_load(Pin::Exclusive, true))
-            .unwrap();
+        s.cas(
+            Word::EVICTED,
+            Word::EVICTED
+                .begin_load()
+                .unwrap()
+                .finish_load(Pin::Exclusive, true),
+        )
+        .unwrap();
         assert!(s.pin_shared_fast().is_none(), "exclusively held");
         let x = s.load();
         s.cas(x, x.unpin_exclusive(false)).unwrap();
         let before = s.pin_shared_fast().unwrap();
-        assert!(before.prefetched(), "the first pin learns it used a prefetch");
+        assert!(
+            before.prefetched(),
+            "the first pin learns it used a prefetch"
+        );
         let w = s.load();
         assert!(w.referenced() && !w.prefetched() && w.pins() == 1);
-        assert!(!s.pin_shared_fast().unwrap().prefetched(), "only the first pin counts it");
+        assert!(
+            !s.pin_shared_fast().unwrap().prefetched(),
+            "only the first pin counts it"
+        );
         s.unpin_shared();
         s.unpin_shared();
         assert_eq!(s.load().pins(), 0);
