@@ -903,7 +903,19 @@ impl MappingCore {
                 return Err(e);
             }
         }
+        debug_assert_eq!(self.resident(), 0, "unmap left buffers resident");
         Ok(())
+    }
+}
+
+impl Drop for MappingCore {
+    /// Returns the budget of buffers still resident when a mapping goes away without a full
+    /// release (its write-back failed): the cache must not count memory that no longer exists.
+    fn drop(&mut self) {
+        let left = self.resident.load(Ordering::Relaxed);
+        if left > 0 {
+            self.cache.release(left * self.bs as u64);
+        }
     }
 }
 
