@@ -6,3 +6,4 @@ cd "$(dirname "$0")/.."
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 cargo test -p ucache --features shuttle --test model
+bash scripts/memcheck.sh
