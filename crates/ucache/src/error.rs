@@ -29,8 +29,15 @@ pub enum Error {
     BadArgument(String),
 
     /// A read-only mapping that reaches past the end of its object.
-    #[error("mapping of {len} bytes at offset {offset} exceeds object '{object}' of {object_len} bytes")]
-    BeyondObject { object: String, offset: u64, len: u64, object_len: u64 },
+    #[error(
+        "mapping of {len} bytes at offset {offset} exceeds object '{object}' of {object_len} bytes"
+    )]
+    BeyondObject {
+        object: String,
+        offset: u64,
+        len: u64,
+        object_len: u64,
+    },
 
     /// The store has no object by that name.
     #[error("object '{object}' not found")]
@@ -50,7 +57,13 @@ pub enum Error {
 
     /// The store returned fewer bytes than the buffer needs.
     #[error("short {op} on '{object}' at offset {offset}: {got} of {want} bytes")]
-    ShortIo { op: &'static str, object: String, offset: u64, got: usize, want: usize },
+    ShortIo {
+        op: &'static str,
+        object: String,
+        offset: u64,
+        got: usize,
+        want: usize,
+    },
 
     /// The store failed. For a failed write-back the data stays dirty and resident.
     #[error("{op} failed on '{object}' at offset {offset}: {source}")]
@@ -82,14 +95,24 @@ pub enum Error {
 impl Error {
     /// Wraps the calling thread's `errno` from a failed system call.
     pub(crate) fn last_os(call: &'static str) -> Self {
-        Error::Os { call, source: io::Error::last_os_error() }
+        Error::Os {
+            call,
+            source: io::Error::last_os_error(),
+        }
     }
 
     /// Wraps a store IO error with the object and offset it concerns.
     pub fn io(op: &'static str, object: &str, offset: u64, source: io::Error) -> Self {
         if source.kind() == io::ErrorKind::NotFound {
-            return Error::NotFound { object: object.to_string() };
+            return Error::NotFound {
+                object: object.to_string(),
+            };
         }
-        Error::Io { op, object: object.to_string(), offset, source }
+        Error::Io {
+            op,
+            object: object.to_string(),
+            offset,
+            source,
+        }
     }
 }

@@ -1,7 +1,28 @@
 //! ucache: a customizable IO cache for data-intensive programs.
+//!
+//! A [`Cache`] is a memory budget; [`Cache::map`] puts an object of a [`store::Store`] behind a
+//! contiguous range of virtual memory cut into fixed-size buffers. Programs access buffers
+//! through pins ([`Mapping::pin_shared`], [`Mapping::pin_exclusive`]) or optimistic reads, and
+//! steer the cache with the explicit primitives `ensure_cached`, `prefetch`, `evict`,
+//! `writeback` and `msync`, and with per-mapping [`policy::Policy`] hooks.
+//!
+//! The design follows uCache (FAST'26) and vmcache (SIGMOD'23): every buffer has one atomic
+//! state word ([`state`]), insertion is a two-step lock-free CAS protocol, eviction is batched
+//! and optimistic, and nothing takes a global lock on the hit or the miss path.
 
+mod cache;
 pub mod error;
+mod guard;
+mod io_worker;
+mod mapping;
+pub mod policy;
+mod region;
 pub mod state;
+mod stats;
 pub mod store;
 
+pub use cache::{Cache, CacheOptions, DEFAULT_BATCH};
 pub use error::{Error, Result};
+pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};
+pub use mapping::{MapOptions, Mapping, UnmapError};
+pub use stats::{StatsSnapshot, LATENCY_BUCKETS};

@@ -156,7 +156,7 @@ impl Word {
     #[inline]
     pub fn pin_exclusive(self) -> Option<Word> {
         (self.phase() == Phase::Cached && self.idle())
-            .then(|| Word((self.0 | X | REFERENCED) & !PREFETCHED))
+            .then_some(Word((self.0 | X | REFERENCED) & !PREFETCHED))
     }
     /// Drops the exclusive pin; a writer marks the buffer dirty. Bumps the version so optimistic
     /// readers of the old contents fail validation.
@@ -183,7 +183,7 @@ impl Word {
         let w = self.with_phase(Phase::Cached);
         let w = match pin {
             Pin::None => w,
-            Pin::Shared => Word(w.0 + 1 | REFERENCED),
+            Pin::Shared => Word((w.0 + 1) | REFERENCED),
             Pin::Exclusive => Word(w.0 | X | REFERENCED),
         };
         if prefetched {
@@ -209,7 +209,15 @@ impl Word {
     #[inline]
     pub fn finish_evict(self) -> Word {
         debug_assert_eq!(self.phase(), Phase::Evicting);
-        Word(self.0 & !FLAGS_CLEARED_ON_EVICT).with_phase(Phase::Evicted).bump()
+        Word(self.0 & !FLAGS_CLEARED_ON_EVICT)
+            .with_phase(Phase::Evicted)
+            .bump()
+    }
+    /// Undoes a claim whose memory could not be dropped: the data is still there.
+    #[inline]
+    pub fn cancel_evict(self) -> Word {
+        debug_assert_eq!(self.phase(), Phase::Evicting);
+        self.with_phase(Phase::Cached)
     }
     /// Starts writing a dirty buffer back: holds a shared pin so no writer can change the bytes
     /// under the IO, clears dirty (a failed write sets it again), sets WB.
@@ -267,7 +275,10 @@ impl BufferState {
     #[inline]
     pub fn cas(&self, old: Word, new: Word) -> Result<(), Word> {
         let new = new.without_waiters();
-        match self.0.compare_exchange(old.0, new.0, Ordering::AcqRel, Ordering::Acquire) {
+        match self
+            .0
+            .compare_exchange(old.0, new.0, Ordering::AcqRel, Ordering::Acquire)
+        {
             Ok(_) => {
                 if old.has_waiters() {
                     self.wake();
@@ -365,19 +376,29 @@ mod tests {
         assert_eq!(l.begin_load(), None, "only one loader");
         assert_eq!(l.pin_shared(), None, "cannot pin while loading");
         let c = l.finish_load(Pin::Shared, false);
-        assert_eq!((c.phase(), c.pins(), c.referenced()), (Phase::Cached, 1, true));
+        assert_eq!(
+            (c.phase(), c.pins(), c.referenced()),
+            (Phase::Cached, 1, true)
+        );
         let c2 = c.pin_shared().unwrap();
         assert_eq!(c2.pins(), 2);
         assert_eq!(c2.pin_exclusive(), None, "exclusive waits for shared pins");
         assert_eq!(c2.begin_evict(), None, "pinned buffers are not evicted");
         let c0 = c2.unpin_shared().unpin_shared();
         assert_eq!(c0.pins(), 0);
-        assert_eq!(c0.version(), c.version(), "shared pins do not change the version");
+        assert_eq!(
+            c0.version(),
+            c.version(),
+            "shared pins do not change the version"
+        );
     }
 
     #[test]
     fn exclusive_bumps_version_and_dirties() {
-        let c = Word::EVICTED.begin_load().unwrap().finish_load(Pin::None, false);
+        let c = Word::EVICTED
+            .begin_load()
+            .unwrap()
+            .finish_load(Pin::None, false);
         let x = c.pin_exclusive().unwrap();
         assert!(x.exclusive());
         assert_eq!(x.pin_shared(), None);
@@ -385,7 +406,11 @@ mod tests {
         let u = x.unpin_exclusive(true);
         assert!(!u.exclusive() && u.dirty());
         assert_eq!(u.version(), c.version() + 1);
-        assert_eq!(u.begin_evict(), None, "dirty buffers are written back before eviction");
+        assert_eq!(
+            u.begin_evict(),
+            None,
+            "dirty buffers are written back before eviction"
+        );
     }
 
     #[test]
@@ -399,7 +424,10 @@ mod tests {
         assert!(wb.writing() && !wb.dirty() && wb.pins() == 1);
         assert_eq!(wb.begin_writeback(), None, "one write-back at a time");
         assert_eq!(wb.pin_exclusive(), None, "no writer during write-back");
-        assert!(wb.pin_shared().is_some(), "readers proceed during write-back");
+        assert!(
+            wb.pin_shared().is_some(),
+            "readers proceed during write-back"
+        );
         let failed = wb.finish_writeback(false);
         assert!(failed.dirty() && !failed.writing() && failed.pins() == 0);
         let ok = failed.begin_writeback().unwrap().finish_writeback(true);
@@ -409,7 +437,10 @@ mod tests {
 
     #[test]
     fn eviction_cycle_bumps_version_and_clears_flags() {
-        let c = Word::EVICTED.begin_load().unwrap().finish_load(Pin::None, true);
+        let c = Word::EVICTED
+            .begin_load()
+            .unwrap()
+            .finish_load(Pin::None, true);
         assert!(c.prefetched());
         let e = c.begin_evict().unwrap();
         assert_eq!(e.phase(), Phase::Evicting);
@@ -432,7 +463,10 @@ mod tests {
 
     #[test]
     fn pin_clears_prefetched_and_sets_referenced() {
-        let c = Word::EVICTED.begin_load().unwrap().finish_load(Pin::None, true);
+        let c = Word::EVICTED
+            .begin_load()
+            .unwrap()
+            .finish_load(Pin::None, true);
         let p = c.pin_shared().unwrap();
         assert!(!p.prefetched() && p.referenced());
         assert!(!p.clear_referenced().referenced());
@@ -440,7 +474,10 @@ mod tests {
 
     #[test]
     fn pin_count_saturates() {
-        let mut w = Word::EVICTED.begin_load().unwrap().finish_load(Pin::None, false);
+        let mut w = Word::EVICTED
+            .begin_load()
+            .unwrap()
+            .finish_load(Pin::None, false);
         for _ in 0..MAX_PINS {
             w = w.pin_shared().unwrap();
         }

@@ -22,7 +22,10 @@ impl MemoryStore {
 
     /// Adds or replaces an object.
     pub fn insert(&self, name: &str, data: Vec<u8>) {
-        let obj = Arc::new(MemoryObject { name: name.to_string(), data: RwLock::new(data) });
+        let obj = Arc::new(MemoryObject {
+            name: name.to_string(),
+            data: RwLock::new(data),
+        });
         self.objects.lock().insert(name.to_string(), obj);
     }
 
@@ -39,10 +42,14 @@ impl Store for MemoryStore {
             return Ok(o.clone());
         }
         if !options.create {
-            return Err(Error::NotFound { object: object.to_string() });
+            return Err(Error::NotFound {
+                object: object.to_string(),
+            });
         }
-        let obj =
-            Arc::new(MemoryObject { name: object.to_string(), data: RwLock::new(Vec::new()) });
+        let obj = Arc::new(MemoryObject {
+            name: object.to_string(),
+            data: RwLock::new(Vec::new()),
+        });
         objects.insert(object.to_string(), obj.clone());
         Ok(obj)
     }

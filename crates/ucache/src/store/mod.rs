@@ -43,13 +43,22 @@ pub struct OpenOptions {
 
 impl OpenOptions {
     pub fn read_only() -> Self {
-        OpenOptions { write: false, create: false }
+        OpenOptions {
+            write: false,
+            create: false,
+        }
     }
     pub fn read_write() -> Self {
-        OpenOptions { write: true, create: false }
+        OpenOptions {
+            write: true,
+            create: false,
+        }
     }
     pub fn create() -> Self {
-        OpenOptions { write: true, create: true }
+        OpenOptions {
+            write: true,
+            create: true,
+        }
     }
 }
 
@@ -109,6 +118,8 @@ impl IoBuf {
 ///
 /// Reads and writes use whole buffers at offsets that are multiples of the mapping's buffer
 /// size, and memory aligned to at least 4 KiB, so `O_DIRECT` stores need no bounce buffers.
+// `len` asks the store (it can fail); an `is_empty` would only restate it.
+#[allow(clippy::len_without_is_empty)]
 pub trait Object: Send + Sync + 'static {
     /// The name it was opened under, for error messages.
     fn name(&self) -> &str;

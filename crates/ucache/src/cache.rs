@@ -1,0 +1,298 @@
+//! The cache: one memory budget and the eviction driver shared by its mappings.
+//!
+//! The budget counts resident buffers in bytes with one atomic. A loader reserves its buffer's
+//! bytes before it claims the buffer; when the budget is full, that same thread evicts one batch
+//! (there is no eviction thread to wait for and no eviction lock: concurrent evictors sweep
+//! disjoint parts of the resident sets and race only through per-buffer CASes). Reservation
+//! never overshoots, so resident memory never exceeds the budget.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+
+use crate::error::{Error, Result};
+use crate::io_worker::IoWorker;
+use crate::mapping::{MapOptions, Mapping, MappingCore};
+use crate::policy::{GlobalPolicy, MappingUsage, ProportionalGlobal};
+use crate::stats::{Stats, StatsSnapshot};
+use crate::store::Store;
+
+/// Default buffers per eviction batch (vmcache and the paper use 64–512).
+pub const DEFAULT_BATCH: usize = 64;
+/// How long a loader keeps trying to free memory before it reports the budget exhausted.
+const EXHAUSTED_AFTER: Duration = Duration::from_secs(5);
+
+/// How to build a [`Cache`].
+#[derive(Clone)]
+pub struct CacheOptions {
+    memory_bytes: u64,
+    batch: usize,
+    global: Arc<dyn GlobalPolicy>,
+}
+
+impl CacheOptions {
+    /// A cache that keeps at most `memory_bytes` of buffers resident.
+    pub fn new(memory_bytes: u64) -> Self {
+        CacheOptions {
+            memory_bytes,
+            batch: DEFAULT_BATCH,
+            global: Arc::new(ProportionalGlobal),
+        }
+    }
+    /// Buffers evicted per batch (1..=1024).
+    pub fn batch(mut self, batch: usize) -> Self {
+        self.batch = batch;
+        self
+    }
+    /// The cache-wide policy (when to evict, from which mappings).
+    pub fn global_policy(mut self, p: Arc<dyn GlobalPolicy>) -> Self {
+        self.global = p;
+        self
+    }
+}
+
+/// A memory budget shared by mappings. Cheap to clone (a handle).
+///
+/// ```
+/// use std::sync::Arc;
+/// use ucache::{Cache, CacheOptions, MapOptions};
+/// use ucache::store::MemoryStore;
+///
+/// let store = MemoryStore::new();
+/// store.insert("data", (0..64 * 4096).map(|i| (i / 4096) as u8).collect());
+/// let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
+/// let m = cache.map(Arc::new(store), "data", MapOptions::new()).unwrap();
+/// for i in 0..64 {
+///     let g = m.pin_shared(i).unwrap();
+///     assert!(g.iter().all(|&b| b == i as u8));
+/// }
+/// assert!(cache.stats().evictions > 0, "64 buffers do not fit in 16");
+/// m.unmap().unwrap();
+/// ```
+#[derive(Clone)]
+pub struct Cache {
+    pub(crate) core: Arc<CacheCore>,
+}
+
+pub(crate) struct CacheCore {
+    budget: u64,
+    batch: usize,
+    used: AtomicU64,
+    global: Arc<dyn GlobalPolicy>,
+    pub(crate) stats: Stats,
+    /// Changed only by map and unmap; read by evictors and address lookups without locking.
+    mappings: ArcSwap<Vec<Arc<MappingCore>>>,
+    next_id: AtomicU64,
+    pub(crate) io: IoWorker,
+}
+
+impl Cache {
+    pub fn new(options: CacheOptions) -> Result<Cache> {
+        if options.batch == 0 || options.batch > 1024 {
+            return Err(Error::BadArgument(format!(
+                "eviction batch {} must be between 1 and 1024 buffers",
+                options.batch
+            )));
+        }
+        let min = options.batch as u64 * 4096;
+        if options.memory_bytes < min {
+            return Err(Error::BudgetTooSmall {
+                budget: options.memory_bytes,
+                batch: min,
+            });
+        }
+        Ok(Cache {
+            core: Arc::new(CacheCore {
+                budget: options.memory_bytes,
+                batch: options.batch,
+                used: AtomicU64::new(0),
+                global: options.global,
+                stats: Stats::default(),
+                mappings: ArcSwap::from_pointee(Vec::new()),
+                next_id: AtomicU64::new(0),
+                io: IoWorker::default(),
+            }),
+        })
+    }
+
+    /// Maps `object` of `store`. See [`MapOptions`] for the buffer size, length, access mode
+    /// and policy.
+    pub fn map(&self, store: Arc<dyn Store>, object: &str, options: MapOptions) -> Result<Mapping> {
+        let bs = options.buffer_size_or_default();
+        let batch_bytes = self.core.batch as u64 * bs as u64;
+        if self.core.budget < batch_bytes {
+            return Err(Error::BudgetTooSmall {
+                budget: self.core.budget,
+                batch: batch_bytes,
+            });
+        }
+        let id = self.core.next_id.fetch_add(1, Ordering::Relaxed);
+        let core = Arc::new(MappingCore::new(
+            self.core.clone(),
+            id,
+            store,
+            object,
+            options,
+        )?);
+        self.core.mappings.rcu(|list| {
+            let mut l = Vec::clone(list);
+            l.push(core.clone());
+            l
+        });
+        Ok(Mapping::new(core))
+    }
+
+    /// The budget in bytes.
+    pub fn budget(&self) -> u64 {
+        self.core.budget
+    }
+
+    /// Bytes of buffers resident or being loaded now.
+    pub fn used(&self) -> u64 {
+        self.core.used.load(Ordering::Relaxed)
+    }
+
+    pub fn stats(&self) -> StatsSnapshot {
+        self.core.stats.snapshot()
+    }
+
+    /// Brings every buffer overlapping `[addr, addr+len)` into memory (address form of
+    /// [`Mapping::ensure_cached`]).
+    pub fn ensure_cached(&self, addr: *const u8, len: usize) -> Result<()> {
+        let (m, off) = self.core.find(addr, len)?;
+        m.ensure_cached_range(off, len as u64)
+    }
+
+    /// Starts loading the buffers overlapping the range in the background.
+    pub fn prefetch(&self, addr: *const u8, len: usize) -> Result<()> {
+        let (m, off) = self.core.find(addr, len)?;
+        MappingCore::prefetch_range(&m, off, len as u64)
+    }
+
+    /// Evicts the unpinned buffers overlapping the range, writing dirty ones back first.
+    pub fn evict(&self, addr: *const u8, len: usize) -> Result<()> {
+        let (m, off) = self.core.find(addr, len)?;
+        m.evict_range(off, len as u64)
+    }
+
+    /// Starts writing back the dirty buffers overlapping the range in the background.
+    pub fn writeback(&self, addr: *const u8, len: usize) -> Result<()> {
+        let (m, off) = self.core.find(addr, len)?;
+        MappingCore::writeback_range(&m, off, len as u64)
+    }
+
+    /// Writes back the dirty buffers overlapping the range and makes them durable.
+    pub fn msync(&self, addr: *const u8, len: usize) -> Result<()> {
+        let (m, off) = self.core.find(addr, len)?;
+        m.msync_range(off, len as u64)
+    }
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("budget", &self.core.budget)
+            .field("used", &self.used())
+            .field("batch", &self.core.batch)
+            .finish()
+    }
+}
+
+impl CacheCore {
+    pub(crate) fn budget_bytes(&self) -> u64 {
+        self.budget
+    }
+
+    /// The mapping whose range contains `[addr, addr+len)`, and the offset in it.
+    fn find(&self, addr: *const u8, len: usize) -> Result<(Arc<MappingCore>, u64)> {
+        let a = addr as usize;
+        let list = self.mappings.load();
+        for m in list.iter() {
+            let base = m.base() as usize;
+            if a >= base
+                && a.checked_add(len)
+                    .is_some_and(|end| end <= base + m.len() as usize)
+            {
+                return Ok((m.clone(), (a - base) as u64));
+            }
+        }
+        Err(Error::OutOfRange { addr: a, len })
+    }
+
+    pub(crate) fn remove_mapping(&self, id: u64) {
+        self.mappings.rcu(|list| {
+            list.iter()
+                .filter(|m| m.id() != id)
+                .cloned()
+                .collect::<Vec<_>>()
+        });
+    }
+
+    /// Reserves `bytes` of the budget, evicting as needed.
+    pub(crate) fn reserve(&self, bytes: u64) -> Result<()> {
+        let mut stuck_since: Option<Instant> = None;
+        let mut spins = 0u32;
+        loop {
+            let used = self.used.load(Ordering::Relaxed);
+            if !self.global.need_to_evict(used, bytes, self.budget) {
+                if self
+                    .used
+                    .compare_exchange_weak(used, used + bytes, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return Ok(());
+                }
+                continue;
+            }
+            if self.evict_round() > 0 {
+                stuck_since = None;
+                spins = 0;
+                continue;
+            }
+            // Nothing evictable right now: other evictors may hold the candidates, or every
+            // buffer is pinned. Back off, and give up only after a long time without progress.
+            let since = *stuck_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > EXHAUSTED_AFTER {
+                return Err(Error::BudgetExhausted { resident: used });
+            }
+            spins += 1;
+            if spins < 4 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50 * spins.min(20) as u64));
+            }
+        }
+    }
+
+    /// Gives back `bytes` of the budget (after an eviction or a failed load).
+    pub(crate) fn release(&self, bytes: u64) {
+        let prev = self.used.fetch_sub(bytes, Ordering::AcqRel);
+        debug_assert!(prev >= bytes, "budget underflow");
+    }
+
+    /// Evicts up to one batch, asking the global policy where from. Returns buffers evicted.
+    fn evict_round(&self) -> u64 {
+        let list = self.mappings.load();
+        let usage: Vec<MappingUsage> = list
+            .iter()
+            .map(|m| MappingUsage {
+                resident: m.resident(),
+                buffer_size: m.buffer_size(),
+            })
+            .collect();
+        let mut order = Vec::with_capacity(list.len());
+        self.global.choose_eviction_mappings(&usage, &mut order);
+        let mut evicted = 0;
+        for i in order {
+            let Some(m) = list.get(i) else { continue };
+            let want = self.batch.saturating_sub(evicted as usize);
+            if want == 0 {
+                break;
+            }
+            evicted += m.evict_some(want);
+        }
+        evicted
+    }
+}

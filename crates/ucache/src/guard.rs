@@ -1,0 +1,198 @@
+//! Pins as RAII guards, and the optimistic read view.
+//!
+//! A guard is proof that its buffer is pinned: the state word keeps eviction and (for a shared
+//! guard) writers away until the guard drops, so the guard can hand out plain slices of the
+//! mapping's memory. This is the only place where slices into a mapping are made for callers.
+
+use std::ops::{Deref, DerefMut};
+
+use crate::mapping::MappingCore;
+use crate::state::BufferState;
+
+fn state(m: &MappingCore, i: u64) -> &BufferState {
+    m.state_of(i)
+}
+
+/// A shared pin: the buffer stays cached and unchanged while this lives.
+pub struct SharedGuard<'a> {
+    mapping: &'a MappingCore,
+    index: u64,
+    ptr: *const u8,
+    len: usize,
+}
+
+impl<'a> SharedGuard<'a> {
+    /// # Safety
+    /// The caller holds a shared pin on buffer `index`, and `ptr..ptr+len` is its memory.
+    pub(crate) unsafe fn new(
+        mapping: &'a MappingCore,
+        index: u64,
+        ptr: *const u8,
+        len: usize,
+    ) -> Self {
+        SharedGuard {
+            mapping,
+            index,
+            ptr,
+            len,
+        }
+    }
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+}
+
+impl Deref for SharedGuard<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the pin keeps the buffer cached and free of writers for our lifetime.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for SharedGuard<'_> {
+    fn drop(&mut self) {
+        state(self.mapping, self.index).unpin_shared();
+    }
+}
+
+/// An exclusive pin: nobody else reads or writes the buffer while this lives. Any mutable
+/// access marks the buffer dirty when the guard drops.
+pub struct ExclusiveGuard<'a> {
+    mapping: &'a MappingCore,
+    index: u64,
+    ptr: *mut u8,
+    len: usize,
+    dirty: bool,
+}
+
+impl<'a> ExclusiveGuard<'a> {
+    /// # Safety
+    /// The caller holds the exclusive pin on buffer `index`, and `ptr..ptr+len` is its memory.
+    pub(crate) unsafe fn new(
+        mapping: &'a MappingCore,
+        index: u64,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Self {
+        ExclusiveGuard {
+            mapping,
+            index,
+            ptr,
+            len,
+            dirty: false,
+        }
+    }
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+    /// Marks the buffer dirty, for writes made through [`ExclusiveGuard::as_mut_ptr`].
+    pub fn mark_dirty(&mut self) {
+        self.dirty = true;
+    }
+    /// The buffer's address, for code that writes through raw pointers; call
+    /// [`ExclusiveGuard::mark_dirty`] if it does.
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Deref for ExclusiveGuard<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the exclusive pin gives us sole access for our lifetime.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl DerefMut for ExclusiveGuard<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.dirty = true;
+        // SAFETY: as above, and `&mut self` makes this the only live slice.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for ExclusiveGuard<'_> {
+    fn drop(&mut self) {
+        let dirty = self.dirty;
+        let r = state(self.mapping, self.index).update(|w| Some(w.unpin_exclusive(dirty)));
+        debug_assert!(r.is_ok());
+    }
+}
+
+/// Reads of a buffer that nobody pinned. Values may be torn or stale; the caller learns whether
+/// they were valid only when `read_optimistic` returns, so it must not act on them before.
+pub struct OptimisticView<'a> {
+    ptr: *const u8,
+    len: usize,
+    _mapping: std::marker::PhantomData<&'a ()>,
+}
+
+impl OptimisticView<'_> {
+    /// # Safety
+    /// `ptr..ptr+len` lies in a live mapping region (reads there never fault fatally: evicted
+    /// memory reads as zeros).
+    pub(crate) unsafe fn new(ptr: *const u8, len: usize) -> Self {
+        OptimisticView {
+            ptr,
+            len,
+            _mapping: std::marker::PhantomData,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The little-endian u64 at `offset` (8-byte aligned). Panics if out of range.
+    pub fn read_u64(&self, offset: usize) -> u64 {
+        assert!(
+            offset.is_multiple_of(8) && offset + 8 <= self.len,
+            "read_u64 at {offset} of {}",
+            self.len
+        );
+        // SAFETY: in range and aligned; a volatile load because a writer may race with us (the
+        // version check discards what we read in that case).
+        u64::from_le(unsafe { std::ptr::read_volatile(self.ptr.add(offset) as *const u64) })
+    }
+
+    /// Copies `out.len()` bytes from `offset`. Panics if out of range.
+    pub fn copy_to(&self, offset: usize, out: &mut [u8]) {
+        assert!(
+            offset + out.len() <= self.len,
+            "copy of {} at {offset} of {}",
+            out.len(),
+            self.len
+        );
+        for (k, b) in out.iter_mut().enumerate() {
+            // SAFETY: in range; volatile for the same reason as read_u64.
+            *b = unsafe { std::ptr::read_volatile(self.ptr.add(offset + k)) };
+        }
+    }
+}
+
+impl std::fmt::Debug for SharedGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedGuard")
+            .field("index", &self.index)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ExclusiveGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExclusiveGuard")
+            .field("index", &self.index)
+            .field("len", &self.len)
+            .field("dirty", &self.dirty)
+            .finish()
+    }
+}

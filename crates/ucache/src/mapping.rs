@@ -1,0 +1,1045 @@
+//! A mapping: one contiguous virtual range over a region of one object, cut into fixed-size
+//! buffers; buffer `i` lives at `base + i × buffer_size`.
+//!
+//! The whole buffer-manager protocol is in this file, on top of the state word of
+//! [`crate::state`]:
+//!
+//! | operation | state word transitions |
+//! |---|---|
+//! | pin (hit) | `Cached` → pins+1 (shared) or X (exclusive) |
+//! | pin (miss) | `Evicted` →[one winner] `Loading` →(read)→ `Cached`+pin; losers wait on the word |
+//! | unpin | pins−1, or X cleared (+dirty, version+1) |
+//! | evict | `Cached` idle →[CAS] `Evicting` →(madvise batch)→ `Evicted` (version+1) |
+//! | evict dirty | `Cached` dirty →[CAS] write-back (pin+1, WB) →(write batch)→ then as evict |
+//! | writeback / msync | `Cached` dirty → WB+pin →(write)→ clean, or dirty again on failure |
+//!
+//! A candidate that is pinned, locked, dirty-and-unwritable or touched between proposal and
+//! claim simply fails its CAS: eviction is cancelled, never waited for.
+
+use std::io;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::cache::CacheCore;
+use crate::error::{Error, Result};
+use crate::guard::{ExclusiveGuard, OptimisticView, SharedGuard};
+use crate::io_worker::Job;
+use crate::policy::{Buffers, Clock, Layout, Policy};
+use crate::region::Region;
+use crate::state::{BufferState, Phase, Pin, Word};
+use crate::stats::Counter;
+use crate::store::{IoBuf, Object, OpenOptions, Store};
+
+const MIN_BUFFER: usize = 4096;
+const MAX_BUFFER: usize = 1 << 30;
+/// Direct IO needs 4 KiB alignment of offsets and lengths.
+const IO_ALIGN: u64 = 4096;
+
+/// How to map an object.
+pub struct MapOptions {
+    buffer_size: usize,
+    offset: u64,
+    len: Option<u64>,
+    writable: bool,
+    create: bool,
+    policy: Option<Box<dyn Policy>>,
+}
+
+impl Default for MapOptions {
+    fn default() -> Self {
+        MapOptions {
+            buffer_size: MIN_BUFFER,
+            offset: 0,
+            len: None,
+            writable: false,
+            create: false,
+            policy: None,
+        }
+    }
+}
+
+impl MapOptions {
+    /// Read-only, 4 KiB buffers, the whole object, CLOCK.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Bytes per buffer: a power of two from 4 KiB to 1 GiB (2 MiB and larger use
+    /// transparent huge pages where the kernel grants them).
+    pub fn buffer_size(mut self, bytes: usize) -> Self {
+        self.buffer_size = bytes;
+        self
+    }
+    /// Where in the object the mapping starts (a multiple of 4096).
+    pub fn offset(mut self, offset: u64) -> Self {
+        self.offset = offset;
+        self
+    }
+    /// Bytes to map; default: from `offset` to the end of the object. A read-write mapping
+    /// larger than its object grows the object.
+    pub fn len(mut self, len: u64) -> Self {
+        self.len = Some(len);
+        self
+    }
+    /// Allow exclusive pins, dirty buffers and write-back.
+    pub fn writable(mut self, writable: bool) -> Self {
+        self.writable = writable;
+        self
+    }
+    /// Create the object if it does not exist (implies writable).
+    pub fn create(mut self, create: bool) -> Self {
+        self.create = create;
+        self.writable |= create;
+        self
+    }
+    /// The eviction and prefetch policy of this mapping (default [`Clock`]).
+    pub fn policy(mut self, policy: Box<dyn Policy>) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    pub(crate) fn buffer_size_or_default(&self) -> usize {
+        self.buffer_size
+    }
+}
+
+pub(crate) struct MappingCore {
+    id: u64,
+    cache: Arc<CacheCore>,
+    object: Arc<dyn Object>,
+    offset: u64,
+    len: u64,
+    bs: usize,
+    shift: u32,
+    region: Region,
+    states: Box<[BufferState]>,
+    policy: Box<dyn Policy>,
+    policy_hits: bool,
+    prefetching: bool,
+    writable: bool,
+    resident: AtomicU64,
+    unmapped: AtomicBool,
+}
+
+impl MappingCore {
+    pub(crate) fn new(
+        cache: Arc<CacheCore>,
+        id: u64,
+        store: Arc<dyn Store>,
+        object: &str,
+        o: MapOptions,
+    ) -> Result<MappingCore> {
+        let bs = o.buffer_size;
+        if !bs.is_power_of_two() || !(MIN_BUFFER..=MAX_BUFFER).contains(&bs) {
+            return Err(Error::BadBufferSize(bs));
+        }
+        if !o.offset.is_multiple_of(IO_ALIGN) {
+            return Err(Error::BadArgument(format!(
+                "mapping offset {} is not a multiple of {IO_ALIGN}",
+                o.offset
+            )));
+        }
+        if o.len == Some(0) {
+            return Err(Error::BadLength {
+                len: 0,
+                why: "a mapping cannot be empty",
+            });
+        }
+        let obj = store.open(
+            object,
+            OpenOptions {
+                write: o.writable,
+                create: o.create,
+            },
+        )?;
+        let obj_len = obj.len().map_err(|e| Error::io("stat", object, 0, e))?;
+        let len = match o.len {
+            Some(l) => l,
+            None if obj_len > o.offset => obj_len - o.offset,
+            None => {
+                return Err(Error::BadLength {
+                    len: 0,
+                    why: "object is empty at that offset: give the length to map",
+                })
+            }
+        };
+        let end = o.offset.checked_add(len).ok_or(Error::BadLength {
+            len,
+            why: "overflows",
+        })?;
+        if o.writable {
+            if len % IO_ALIGN != 0 {
+                return Err(Error::BadLength {
+                    len,
+                    why: "a read-write mapping must be a multiple of 4096 bytes",
+                });
+            }
+            if end > obj_len {
+                obj.set_len(end)
+                    .map_err(|e| Error::io("grow", object, end, e))?;
+            }
+        } else if end > obj_len {
+            return Err(Error::BeyondObject {
+                object: object.to_string(),
+                offset: o.offset,
+                len,
+                object_len: obj_len,
+            });
+        }
+        let nbuf = len.div_ceil(bs as u64);
+        let bytes = usize::try_from(nbuf * bs as u64).map_err(|_| Error::BadLength {
+            len,
+            why: "too large for the address space",
+        })?;
+        let region = Region::reserve(bytes, bs.min(2 << 20))?;
+        let states = (0..nbuf)
+            .map(|_| BufferState::new())
+            .collect::<Vec<_>>()
+            .into_boxed_slice();
+        let mut policy = o.policy.unwrap_or_else(|| Box::new(Clock::new()));
+        policy.attach(Layout {
+            buffers: nbuf,
+            capacity: (cache.budget_bytes() / bs as u64).max(1),
+            buffer_size: bs,
+        });
+        Ok(MappingCore {
+            id,
+            policy_hits: policy.wants_hits(),
+            prefetching: policy.has_prefetching(),
+            policy,
+            cache,
+            object: obj,
+            offset: o.offset,
+            len,
+            bs,
+            shift: bs.trailing_zeros(),
+            region,
+            states,
+            writable: o.writable,
+            resident: AtomicU64::new(0),
+            unmapped: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.region.base()
+    }
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+    pub(crate) fn buffer_size(&self) -> usize {
+        self.bs
+    }
+    pub(crate) fn resident(&self) -> u64 {
+        self.resident.load(Ordering::Relaxed)
+    }
+    fn buffers(&self) -> u64 {
+        self.states.len() as u64
+    }
+    #[inline]
+    fn state(&self, i: u64) -> &BufferState {
+        &self.states[i as usize]
+    }
+    #[inline]
+    pub(crate) fn state_of(&self, i: u64) -> &BufferState {
+        self.state(i)
+    }
+    /// Bytes of buffer `i` that belong to the mapping (the last buffer may be partial).
+    #[inline]
+    fn valid(&self, i: u64) -> usize {
+        (self.len - (i << self.shift)).min(self.bs as u64) as usize
+    }
+    #[inline]
+    fn object_offset(&self, i: u64) -> u64 {
+        self.offset + (i << self.shift)
+    }
+    fn stats(&self) -> &crate::stats::Stats {
+        &self.cache.stats
+    }
+
+    fn check_index(&self, i: u64) -> Result<()> {
+        if self.unmapped.load(Ordering::Relaxed) {
+            return Err(Error::Unmapped);
+        }
+        if i >= self.buffers() {
+            return Err(Error::OutOfRange {
+                addr: self.base() as usize + (i as usize).saturating_mul(self.bs),
+                len: self.bs,
+            });
+        }
+        Ok(())
+    }
+
+    /// The buffers overlapping `[offset, offset+len)`.
+    fn range(&self, offset: u64, len: u64) -> Result<Range<u64>> {
+        if self.unmapped.load(Ordering::Relaxed) {
+            return Err(Error::Unmapped);
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => {
+                if len == 0 {
+                    return Ok(0..0);
+                }
+                Ok(offset >> self.shift..((end - 1) >> self.shift) + 1)
+            }
+            _ => Err(Error::OutOfRange {
+                addr: (self.base() as usize).wrapping_add(offset as usize),
+                len: len as usize,
+            }),
+        }
+    }
+
+    // ---- pins -------------------------------------------------------------------------------
+
+    pub(crate) fn pin_shared(self: &Arc<Self>, i: u64) -> Result<SharedGuard<'_>> {
+        self.check_index(i)?;
+        self.pin(i, Pin::Shared)?;
+        // SAFETY: we hold a shared pin: the buffer is Cached and nobody writes it until unpin.
+        Ok(unsafe {
+            SharedGuard::new(
+                self,
+                i,
+                self.region.at((i << self.shift) as usize),
+                self.valid(i),
+            )
+        })
+    }
+
+    pub(crate) fn pin_exclusive(self: &Arc<Self>, i: u64) -> Result<ExclusiveGuard<'_>> {
+        self.check_index(i)?;
+        if !self.writable {
+            return Err(Error::ReadOnly);
+        }
+        self.pin(i, Pin::Exclusive)?;
+        // SAFETY: we hold the exclusive pin: nobody else reads or writes the buffer until unpin.
+        Ok(unsafe {
+            ExclusiveGuard::new(
+                self,
+                i,
+                self.region.at((i << self.shift) as usize),
+                self.valid(i),
+            )
+        })
+    }
+
+    /// Pins buffer `i`, loading it if needed. The heart of the hit and miss paths.
+    fn pin(self: &Arc<Self>, i: u64, pin: Pin) -> Result<()> {
+        let s = self.state(i);
+        let mut w = s.load();
+        let mut waited = false;
+        loop {
+            let next = match pin {
+                Pin::Shared => w.pin_shared(),
+                _ => w.pin_exclusive(),
+            };
+            if let Some(n) = next {
+                match s.cas(w, n) {
+                    Ok(()) => {
+                        if !waited {
+                            self.stats().add(Counter::Hits, 1);
+                        }
+                        if w.prefetched() {
+                            self.stats().add(Counter::PrefetchUsed, 1);
+                        }
+                        if self.policy_hits {
+                            self.policy.on_hit(i);
+                        }
+                        return Ok(());
+                    }
+                    Err(cur) => {
+                        w = cur;
+                        continue;
+                    }
+                }
+            }
+            if w.phase() == Phase::Evicted && w.idle() {
+                if self.load_one(i, w, pin)? {
+                    self.after_miss(i);
+                    return Ok(());
+                }
+            } else {
+                if !waited {
+                    self.stats().add(Counter::Waits, 1);
+                    waited = true;
+                }
+                s.wait_change(w);
+            }
+            w = s.load();
+        }
+    }
+
+    /// Tries to become the loader of buffer `i` (seen as `seen`) and load it, keeping `pin`.
+    /// Returns false if another thread won the claim.
+    fn load_one(&self, i: u64, seen: Word, pin: Pin) -> Result<bool> {
+        let Some(claimed) = seen.begin_load() else {
+            return Ok(false);
+        };
+        self.cache.reserve(self.bs as u64)?;
+        let s = self.state(i);
+        if s.cas(seen, claimed).is_err() {
+            self.cache.release(self.bs as u64);
+            return Ok(false);
+        }
+        self.resident.fetch_add(1, Ordering::Relaxed);
+        let t0 = Instant::now();
+        let off = self.object_offset(i);
+        // SAFETY: we won Evicted → Loading, so no other thread touches this buffer's memory
+        // until we publish it.
+        let buf = unsafe {
+            std::slice::from_raw_parts_mut(self.region.at((i << self.shift) as usize), self.bs)
+        };
+        let got = self.object.read_at(buf, off);
+        match self.check_read(i, got) {
+            Ok(()) => {
+                self.stats().record_miss_latency(t0.elapsed());
+                self.stats().add(Counter::Misses, 1);
+                self.stats().add(Counter::BytesRead, self.bs as u64);
+                self.publish(i, pin, false);
+                Ok(true)
+            }
+            Err(e) => {
+                self.fail_load(i);
+                Err(e)
+            }
+        }
+    }
+
+    fn check_read(&self, i: u64, got: io::Result<usize>) -> Result<()> {
+        let off = self.object_offset(i);
+        match got {
+            Ok(n) if n >= self.valid(i) => Ok(()),
+            Ok(n) => Err(Error::ShortIo {
+                op: "read",
+                object: self.object.name().to_string(),
+                offset: off,
+                got: n,
+                want: self.valid(i),
+            }),
+            Err(e) => Err(Error::io("read", self.object.name(), off, e)),
+        }
+    }
+
+    /// Loading → Cached. The policy learns of the buffer while we still own it.
+    fn publish(&self, i: u64, pin: Pin, prefetched: bool) {
+        self.policy.on_insert(i);
+        let r = self
+            .state(i)
+            .update(|w| Some(w.finish_load(pin, prefetched)));
+        debug_assert!(r.is_ok());
+    }
+
+    /// Loading → Evicted after a failed read: memory, budget and counters are given back.
+    fn fail_load(&self, i: u64) {
+        let _ = self
+            .region
+            .drop_ranges(&[((i << self.shift) as usize, self.bs)]);
+        let r = self.state(i).update(|w| Some(w.abort_load()));
+        debug_assert!(r.is_ok());
+        self.resident.fetch_sub(1, Ordering::Relaxed);
+        self.cache.release(self.bs as u64);
+        self.stats().add(Counter::ReadFailures, 1);
+    }
+
+    /// The prefetch hook after a demand miss.
+    fn after_miss(self: &Arc<Self>, i: u64) {
+        if !self.prefetching {
+            return;
+        }
+        let mut want = Vec::new();
+        self.policy.choose_prefetch_buffers(i, &mut want);
+        want.retain(|&j| j < self.buffers());
+        if !want.is_empty() {
+            let _ = MappingCore::prefetch_indices(self, &want);
+        }
+    }
+
+    pub(crate) fn read_optimistic<R>(
+        self: &Arc<Self>,
+        i: u64,
+        mut f: impl FnMut(&OptimisticView<'_>) -> R,
+    ) -> Result<R> {
+        self.check_index(i)?;
+        let s = self.state(i);
+        loop {
+            let w = s.load();
+            if w.phase() == Phase::Cached && !w.exclusive() {
+                // SAFETY: the view only performs reads; their results are discarded unless the
+                // version check below proves the buffer was neither evicted nor written.
+                let view = unsafe {
+                    OptimisticView::new(self.region.at((i << self.shift) as usize), self.valid(i))
+                };
+                let r = f(&view);
+                std::sync::atomic::fence(Ordering::Acquire);
+                let v = s.load();
+                if v.phase() == Phase::Cached && !v.exclusive() && v.version() == w.version() {
+                    self.stats().add(Counter::Hits, 1);
+                    return Ok(r);
+                }
+                continue;
+            }
+            // Not readable optimistically: load it (or wait for the writer) with a pin.
+            drop(self.pin_shared(i)?);
+        }
+    }
+
+    // ---- batched loads ----------------------------------------------------------------------
+
+    /// Claims every evicted buffer among `indices` (reserving budget for each). Returns the
+    /// claimed ones; the rest are cached, loading or evicting by someone else.
+    fn claim_loads(&self, indices: impl Iterator<Item = u64>) -> Result<(Vec<u64>, Vec<u64>)> {
+        let mut claimed = Vec::new();
+        let mut others = Vec::new();
+        for i in indices {
+            let s = self.state(i);
+            let w = s.load();
+            if w.phase() == Phase::Cached {
+                continue;
+            }
+            let Some(l) = w.begin_load() else {
+                others.push(i);
+                continue;
+            };
+            if let Err(e) = self.cache.reserve(self.bs as u64) {
+                self.abandon_claims(&claimed);
+                return Err(e);
+            }
+            if s.cas(w, l).is_ok() {
+                self.resident.fetch_add(1, Ordering::Relaxed);
+                claimed.push(i);
+            } else {
+                self.cache.release(self.bs as u64);
+                others.push(i);
+            }
+        }
+        Ok((claimed, others))
+    }
+
+    fn abandon_claims(&self, claimed: &[u64]) {
+        for &i in claimed {
+            let _ = self.state(i).update(|w| Some(w.abort_load()));
+            self.resident.fetch_sub(1, Ordering::Relaxed);
+            self.cache.release(self.bs as u64);
+        }
+    }
+
+    /// Reads claimed (`Loading`) buffers in one store batch and publishes them. Returns the
+    /// first error; every failed buffer goes back to `Evicted`.
+    pub(crate) fn load_claimed(&self, claimed: &[u64], prefetched: bool) -> Result<()> {
+        if claimed.is_empty() {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let mut reqs: Vec<IoBuf> = claimed
+            .iter()
+            .map(|&i| {
+                // SAFETY: each buffer is Loading and claimed by us: exclusive until published.
+                unsafe {
+                    IoBuf::new(
+                        self.region.at((i << self.shift) as usize),
+                        self.bs,
+                        self.object_offset(i),
+                    )
+                }
+            })
+            .collect();
+        let mut out = Vec::with_capacity(reqs.len());
+        self.object.read_batch(&mut reqs, &mut out);
+        drop(reqs);
+        let mut first = None;
+        let mut ok = 0u64;
+        for (k, &i) in claimed.iter().enumerate() {
+            let got = take_result(&mut out, k);
+            match self.check_read(i, got) {
+                Ok(()) => {
+                    ok += 1;
+                    self.publish(i, Pin::None, prefetched);
+                }
+                Err(e) => {
+                    self.fail_load(i);
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        let st = self.stats();
+        st.add(
+            if prefetched {
+                Counter::Prefetches
+            } else {
+                Counter::Misses
+            },
+            ok,
+        );
+        st.add(Counter::BytesRead, ok * self.bs as u64);
+        if !prefetched && ok > 0 {
+            st.record_miss_latency(t0.elapsed());
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Loads the missing buffers among `indices` with one batch from this thread, then waits
+    /// for any that other threads were loading.
+    pub(crate) fn ensure_cached_indices(self: &Arc<Self>, indices: &[u64]) -> Result<()> {
+        for &i in indices {
+            self.check_index(i)?;
+        }
+        let (claimed, others) = self.claim_loads(indices.iter().copied())?;
+        let hits = indices.len() - claimed.len() - others.len();
+        self.stats().add(Counter::Hits, hits as u64);
+        self.load_claimed(&claimed, false)?;
+        for i in others {
+            drop(self.pin_shared(i)?);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn ensure_cached_range(self: &Arc<Self>, offset: u64, len: u64) -> Result<()> {
+        let r = self.range(offset, len)?;
+        let v: Vec<u64> = r.collect();
+        self.ensure_cached_indices(&v)
+    }
+
+    /// Claims the evicted buffers among `indices` and has the IO worker load them.
+    pub(crate) fn prefetch_indices(self: &Arc<Self>, indices: &[u64]) -> Result<()> {
+        for &i in indices {
+            self.check_index(i)?;
+        }
+        let (claimed, _) = self.claim_loads(indices.iter().copied())?;
+        if !claimed.is_empty() {
+            self.cache.io.submit(Job::Load {
+                mapping: self.clone(),
+                indices: claimed,
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn prefetch_range(self: &Arc<Self>, offset: u64, len: u64) -> Result<()> {
+        let v: Vec<u64> = self.range(offset, len)?.collect();
+        MappingCore::prefetch_indices(self, &v)
+    }
+
+    // ---- write-back -------------------------------------------------------------------------
+
+    /// Begins write-back of `i` if it is dirty and no writer holds it.
+    fn claim_writeback(&self, i: u64) -> bool {
+        self.state(i).update(|w| w.begin_writeback()).is_ok()
+    }
+
+    /// Writes claimed buffers in one store batch. Returns the failures; those buffers are dirty
+    /// again and stay resident.
+    pub(crate) fn write_claimed(&self, claimed: &[u64]) -> Vec<Error> {
+        if claimed.is_empty() {
+            return Vec::new();
+        }
+        let mut reqs: Vec<IoBuf> = claimed
+            .iter()
+            .map(|&i| {
+                // SAFETY: the write-back pin keeps writers out; the store only reads.
+                unsafe {
+                    IoBuf::new(
+                        self.region.at((i << self.shift) as usize),
+                        self.valid(i),
+                        self.object_offset(i),
+                    )
+                }
+            })
+            .collect();
+        let mut out = Vec::with_capacity(reqs.len());
+        self.object.write_batch(&mut reqs, &mut out);
+        drop(reqs);
+        let mut errors = Vec::new();
+        let mut ok = 0u64;
+        let mut bytes = 0u64;
+        for (k, &i) in claimed.iter().enumerate() {
+            let r = take_result(&mut out, k);
+            let good = r.is_ok();
+            if let Err(e) = r {
+                errors.push(Error::io(
+                    "write",
+                    self.object.name(),
+                    self.object_offset(i),
+                    e,
+                ));
+            } else {
+                ok += 1;
+                bytes += self.valid(i) as u64;
+            }
+            let r = self.state(i).update(|w| Some(w.finish_writeback(good)));
+            debug_assert!(r.is_ok());
+        }
+        let st = self.stats();
+        st.add(Counter::Writebacks, ok);
+        st.add(Counter::BytesWritten, bytes);
+        st.add(Counter::WritebackFailures, errors.len() as u64);
+        errors
+    }
+
+    pub(crate) fn writeback_range(self: &Arc<Self>, offset: u64, len: u64) -> Result<()> {
+        let r = self.range(offset, len)?;
+        if !self.writable {
+            return Ok(());
+        }
+        let claimed: Vec<u64> = r.filter(|&i| self.claim_writeback(i)).collect();
+        if !claimed.is_empty() {
+            self.cache.io.submit(Job::Writeback {
+                mapping: self.clone(),
+                indices: claimed,
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes back every dirty buffer in the range and syncs the object. Buffers another
+    /// thread is writing back are waited for; buffers held exclusively are being changed now
+    /// and belong to a later msync.
+    pub(crate) fn msync_range(&self, offset: u64, len: u64) -> Result<()> {
+        let r = self.range(offset, len)?;
+        if !self.writable {
+            return Ok(());
+        }
+        let mut mine = Vec::new();
+        let mut theirs = Vec::new();
+        for i in r {
+            let w = self.state(i).load();
+            if w.writing() {
+                theirs.push(i);
+            } else if w.dirty() && self.claim_writeback(i) {
+                mine.push(i);
+            } else if self.state(i).load().writing() {
+                theirs.push(i);
+            }
+        }
+        let mut errors = self.write_claimed(&mine);
+        for i in theirs {
+            let s = self.state(i);
+            loop {
+                let w = s.load();
+                if !w.writing() {
+                    break;
+                }
+                s.wait_change(w);
+            }
+            // Their write failed: the buffer is dirty again, so it is ours to retry now.
+            if s.load().dirty() && self.claim_writeback(i) {
+                errors.extend(self.write_claimed(&[i]));
+            }
+        }
+        if !errors.is_empty() {
+            let failed = errors.len();
+            return Err(Error::WritebackFailed {
+                failed,
+                first: Box::new(errors.swap_remove(0)),
+            });
+        }
+        self.object
+            .sync()
+            .map_err(|e| Error::io("sync", self.object.name(), 0, e))
+    }
+
+    // ---- eviction ---------------------------------------------------------------------------
+
+    /// Asks the policy for up to `want` victims and evicts those that validate.
+    pub(crate) fn evict_some(&self, want: usize) -> u64 {
+        let mut cands = Vec::with_capacity(want);
+        self.policy
+            .choose_eviction_buffers(&Buffers::new(&self.states), want, &mut cands);
+        cands.retain(|&i| i < self.buffers());
+        self.evict_indices(&cands, false).0
+    }
+
+    pub(crate) fn evict_range(&self, offset: u64, len: u64) -> Result<()> {
+        let v: Vec<u64> = self.range(offset, len)?.collect();
+        let (_, errors) = self.evict_indices(&v, true);
+        match errors.into_iter().next() {
+            None => Ok(()),
+            Some((n, first)) => Err(Error::WritebackFailed {
+                failed: n,
+                first: Box::new(first),
+            }),
+        }
+    }
+
+    /// Evicts the candidates that validate: cached, idle, and (unless `explicit`) not vetoed by
+    /// the policy. Dirty ones are written back first in one batch. Returns the number evicted
+    /// and, if write-backs failed, their count and the first error.
+    fn evict_indices(&self, cands: &[u64], explicit: bool) -> (u64, Option<(usize, Error)>) {
+        let mut clean = Vec::with_capacity(cands.len());
+        let mut dirty = Vec::new();
+        let mut cancels = 0u64;
+        for &i in cands {
+            if !explicit && !self.policy.is_evictable(i) {
+                cancels += 1;
+                continue;
+            }
+            let s = self.state(i);
+            let w = s.load();
+            if w.dirty() {
+                if self.writable && self.claim_writeback(i) {
+                    dirty.push(i);
+                } else {
+                    cancels += 1;
+                }
+            } else if let Some(e) = w.begin_evict() {
+                if s.cas(w, e).is_ok() {
+                    clean.push(i);
+                } else {
+                    cancels += 1;
+                }
+            } else {
+                cancels += 1;
+            }
+        }
+        let mut failure = None;
+        if !dirty.is_empty() {
+            let errors = self.write_claimed(&dirty);
+            if let Some(first) = errors.into_iter().next() {
+                failure = Some((
+                    dirty
+                        .iter()
+                        .filter(|&&i| self.state(i).load().dirty())
+                        .count(),
+                    first,
+                ));
+            }
+            for &i in &dirty {
+                // Written and not touched since: claim it like any clean buffer.
+                let s = self.state(i);
+                if s.update(|w| w.begin_evict()).is_ok() {
+                    clean.push(i);
+                } else {
+                    cancels += 1;
+                }
+            }
+        }
+        self.stats().add(Counter::EvictionCancels, cancels);
+        if clean.is_empty() {
+            return (0, failure);
+        }
+        let ranges: Vec<(usize, usize)> = clean
+            .iter()
+            .map(|&i| ((i << self.shift) as usize, self.bs))
+            .collect();
+        if let Err(e) = self.region.drop_ranges(&ranges) {
+            // The memory could not be dropped: keep every buffer resident and valid.
+            for &i in &clean {
+                let _ = self.state(i).update(|w| Some(w.cancel_evict()));
+            }
+            return (0, failure.or(Some((0, e))));
+        }
+        let mut wasted = 0;
+        for &i in &clean {
+            self.policy.on_evict(i);
+            let s = self.state(i);
+            if s.load().prefetched() {
+                wasted += 1;
+            }
+            let r = s.update(|w| Some(w.finish_evict()));
+            debug_assert!(r.is_ok());
+        }
+        let n = clean.len() as u64;
+        self.resident.fetch_sub(n, Ordering::Relaxed);
+        self.cache.release(n * self.bs as u64);
+        let st = self.stats();
+        st.add(Counter::Evictions, n);
+        st.add(Counter::PrefetchWasted, wasted);
+        (n, failure)
+    }
+
+    /// Writes back everything, then evicts everything and leaves the cache. On a write-back
+    /// failure nothing is released.
+    fn release(&self) -> Result<()> {
+        if self.unmapped.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.msync_range(0, self.len)?;
+        self.cache.remove_mapping(self.id);
+        self.unmapped.store(true, Ordering::Relaxed);
+        let all: Vec<u64> = (0..self.buffers()).collect();
+        for chunk in all.chunks(1024) {
+            // Settle buffers that a background load or a concurrent evictor still owns.
+            for &i in chunk {
+                let s = self.state(i);
+                loop {
+                    let w = s.load();
+                    if matches!(w.phase(), Phase::Cached | Phase::Evicted) && !w.writing() {
+                        break;
+                    }
+                    s.wait_change(w);
+                }
+            }
+            let (_, failure) = self.evict_indices(chunk, true);
+            if let Some((_, e)) = failure {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Takes result `k` out of a batch's results; a store that returned too few is an error for
+/// the missing requests rather than a panic.
+fn take_result<T>(out: &mut [io::Result<T>], k: usize) -> io::Result<T> {
+    match out.get_mut(k) {
+        Some(slot) => std::mem::replace(slot, Err(io::Error::other("result taken"))),
+        None => Err(io::Error::other("store returned too few batch results")),
+    }
+}
+
+/// A mapped object. Dropping it writes back and releases everything, like [`Mapping::unmap`]
+/// but without a way to report failure: call `unmap` to learn of it.
+pub struct Mapping {
+    core: Arc<MappingCore>,
+}
+
+/// `unmap` could not write everything back. The mapping is handed back intact, dirty data
+/// included, so the caller can retry.
+#[derive(Debug, thiserror::Error)]
+#[error("unmap failed: {error}")]
+pub struct UnmapError {
+    #[source]
+    pub error: Error,
+    pub mapping: Mapping,
+}
+
+impl std::fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mapping")
+            .field("object", &self.core.object.name())
+            .field("len", &self.core.len)
+            .field("buffer_size", &self.core.bs)
+            .finish()
+    }
+}
+
+impl Mapping {
+    pub(crate) fn new(core: Arc<MappingCore>) -> Self {
+        Mapping { core }
+    }
+
+    /// Pins buffer `index` for reading, loading it if needed. Many readers may hold it.
+    pub fn pin_shared(&self, index: u64) -> Result<SharedGuard<'_>> {
+        self.core.pin_shared(index)
+    }
+
+    /// Pins buffer `index` for writing, loading it if needed. Writing through the guard
+    /// marks the buffer dirty.
+    pub fn pin_exclusive(&self, index: u64) -> Result<ExclusiveGuard<'_>> {
+        self.core.pin_exclusive(index)
+    }
+
+    /// Runs `f` on buffer `index` without pinning it, then validates that the buffer was
+    /// neither evicted nor written meanwhile; if it was, runs `f` again. `f` must not act on
+    /// what it reads before returning (vmcache's optimistic latch).
+    pub fn read_optimistic<R>(
+        &self,
+        index: u64,
+        f: impl FnMut(&OptimisticView<'_>) -> R,
+    ) -> Result<R> {
+        self.core.read_optimistic(index, f)
+    }
+
+    /// Brings every buffer overlapping `[offset, offset+len)` into memory, reading the missing
+    /// ones in one batch.
+    pub fn ensure_cached(&self, offset: u64, len: u64) -> Result<()> {
+        self.core.ensure_cached_range(offset, len)
+    }
+
+    /// Brings the listed buffers into memory, reading the missing ones in one batch (many
+    /// reads in flight on stores that support it).
+    pub fn ensure_cached_buffers(&self, indices: &[u64]) -> Result<()> {
+        self.core.ensure_cached_indices(indices)
+    }
+
+    /// Starts loading the buffers overlapping the range in the background.
+    pub fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
+        MappingCore::prefetch_range(&self.core, offset, len)
+    }
+
+    /// Starts loading the listed buffers in the background.
+    pub fn prefetch_buffers(&self, indices: &[u64]) -> Result<()> {
+        MappingCore::prefetch_indices(&self.core, indices)
+    }
+
+    /// Evicts the unpinned buffers overlapping the range, writing dirty ones back first.
+    /// Pinned buffers are skipped. A failed write-back keeps its buffer and is reported.
+    pub fn evict(&self, offset: u64, len: u64) -> Result<()> {
+        self.core.evict_range(offset, len)
+    }
+
+    /// Starts writing back the dirty buffers overlapping the range in the background.
+    pub fn writeback(&self, offset: u64, len: u64) -> Result<()> {
+        MappingCore::writeback_range(&self.core, offset, len)
+    }
+
+    /// Writes back the dirty buffers overlapping the range and makes them durable before it
+    /// returns.
+    pub fn msync(&self, offset: u64, len: u64) -> Result<()> {
+        self.core.msync_range(offset, len)
+    }
+
+    /// Base address of the mapping.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.core.base()
+    }
+    /// Mapped bytes.
+    pub fn len(&self) -> u64 {
+        self.core.len
+    }
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    pub fn buffer_size(&self) -> usize {
+        self.core.bs
+    }
+    /// Number of buffers (the last may be partial).
+    pub fn buffers(&self) -> u64 {
+        self.core.buffers()
+    }
+    /// Buffers resident now.
+    pub fn resident(&self) -> u64 {
+        self.core.resident()
+    }
+    pub fn is_writable(&self) -> bool {
+        self.core.writable
+    }
+    /// The buffer holding byte `offset`.
+    pub fn buffer_of(&self, offset: u64) -> u64 {
+        offset >> self.core.shift
+    }
+    /// The state word of buffer `index`, for diagnostics and tests.
+    pub fn state(&self, index: u64) -> Option<Word> {
+        self.core.states.get(index as usize).map(|s| s.load())
+    }
+    /// The name of the policy attached to this mapping.
+    pub fn policy_name(&self) -> &str {
+        self.core.policy.name()
+    }
+
+    /// Writes back everything, releases all memory and leaves the cache.
+    pub fn unmap(self) -> std::result::Result<(), UnmapError> {
+        match self.core.release() {
+            Ok(()) => Ok(()),
+            Err(error) => Err(UnmapError {
+                error,
+                mapping: self,
+            }),
+        }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if let Err(e) = self.core.release() {
+            eprintln!(
+                "ucache: mapping of '{}' dropped with data not written back: {e} \
+                 (call unmap() to handle this error)",
+                self.core.object.name()
+            );
+            self.core.cache.remove_mapping(self.core.id);
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! The virtual memory behind a mapping, and the system calls that manage it.
+//!
+//! A region is reserved once with `MAP_NORESERVE` anonymous memory: untouched pages cost
+//! nothing, a page gets a frame when data is read into it, and eviction gives frames back with
+//! `MADV_DONTNEED`, after which the range reads as zeros again. Dropping is batched into one
+//! `process_madvise` call per batch where the kernel allows it: DESIGN.md measured that batching
+//! the unmapping is the largest single step on the eviction path.
+//!
+//! All of ucache's `mmap`/`madvise` unsafety lives in this file.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+use crate::error::{Error, Result};
+
+/// Most ranges one `process_madvise` call accepts (`UIO_MAXIOV`).
+const IOV_MAX: usize = 1024;
+/// Transparent huge page size on x86-64 and most arm64 kernels.
+const HUGE_PAGE: usize = 2 << 20;
+
+pub(crate) struct Region {
+    raw: *mut u8,
+    raw_len: usize,
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the region is plain memory; which thread may touch which buffer of it is governed by
+// the buffer state words, not by the Region value itself.
+unsafe impl Send for Region {}
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Reserves `len` bytes aligned to `align` (a power of two). Alignments of 2 MiB and more
+    /// also ask for transparent huge pages, so large buffers can be backed by one TLB entry.
+    pub(crate) fn reserve(len: usize, align: usize) -> Result<Region> {
+        let page = 4096;
+        let align = align.max(page);
+        let raw_len = len.checked_add(align).ok_or(Error::BadLength {
+            len: len as u64,
+            why: "too large for the address space",
+        })?;
+        // SAFETY: anonymous private mapping at an address of the kernel's choosing; we own it
+        // until Drop unmaps it.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                raw_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            return Err(Error::last_os("mmap"));
+        }
+        let raw = raw as *mut u8;
+        let pad = (align - (raw as usize) % align) % align;
+        // SAFETY: pad < align, so base..base+len lies inside raw..raw+raw_len.
+        let base = unsafe { raw.add(pad) };
+        if align >= HUGE_PAGE {
+            // SAFETY: advice on memory we own; failure only means no huge pages.
+            unsafe { libc::madvise(base as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
+        }
+        Ok(Region {
+            raw,
+            raw_len,
+            base,
+            len,
+        })
+    }
+
+    #[inline]
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    /// The address of byte `offset`.
+    #[inline]
+    pub(crate) fn at(&self, offset: usize) -> *mut u8 {
+        debug_assert!(offset <= self.len);
+        // SAFETY: offset is within the region (checked by callers against the mapping length).
+        unsafe { self.base.add(offset) }
+    }
+
+    /// Gives the frames of these `(offset, len)` ranges back to the kernel; they read as zeros
+    /// afterwards. The caller owns every range exclusively (state `Evicting`).
+    pub(crate) fn drop_ranges(&self, ranges: &[(usize, usize)]) -> Result<()> {
+        for chunk in ranges.chunks(IOV_MAX) {
+            if !process_madvise_dontneed(self, chunk)? {
+                for &(off, len) in chunk {
+                    // SAFETY: the range lies in our region and nobody accesses it (Evicting).
+                    let r = unsafe {
+                        libc::madvise(self.at(off) as *mut libc::c_void, len, libc::MADV_DONTNEED)
+                    };
+                    if r != 0 {
+                        return Err(Error::last_os("madvise"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: raw/raw_len is exactly what mmap returned; no references into it outlive the
+        // mapping core that owns this region.
+        unsafe { libc::munmap(self.raw as *mut libc::c_void, self.raw_len) };
+    }
+}
+
+static PIDFD: AtomicI32 = AtomicI32::new(-1);
+static NO_PROCESS_MADVISE: AtomicBool = AtomicBool::new(false);
+
+fn self_pidfd() -> Option<i32> {
+    let fd = PIDFD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        return Some(fd);
+    }
+    // SAFETY: plain syscall returning a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) } as i32;
+    if fd < 0 {
+        return None;
+    }
+    match PIDFD.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => Some(fd),
+        Err(existing) => {
+            // SAFETY: fd is ours and unused.
+            unsafe { libc::close(fd) };
+            Some(existing)
+        }
+    }
+}
+
+/// One `process_madvise(MADV_DONTNEED)` on ourselves for the whole chunk. Returns false when
+/// the kernel does not support it (before Linux 6.13 only some advice was allowed), after which
+/// the caller falls back to one `madvise` per range.
+fn process_madvise_dontneed(region: &Region, ranges: &[(usize, usize)]) -> Result<bool> {
+    if NO_PROCESS_MADVISE.load(Ordering::Relaxed) {
+        return Ok(false);
+    }
+    let Some(pidfd) = self_pidfd() else {
+        NO_PROCESS_MADVISE.store(true, Ordering::Relaxed);
+        return Ok(false);
+    };
+    let iov: Vec<libc::iovec> = ranges
+        .iter()
+        .map(|&(off, len)| libc::iovec {
+            iov_base: region.at(off) as *mut libc::c_void,
+            iov_len: len,
+        })
+        .collect();
+    let total: usize = ranges.iter().map(|r| r.1).sum();
+    let mut done_bytes = 0usize;
+    let mut first = 0usize;
+    let mut iov = iov;
+    while first < iov.len() {
+        // SAFETY: every iovec names memory inside our region that the caller owns exclusively.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_process_madvise,
+                pidfd,
+                iov[first..].as_ptr(),
+                iov.len() - first,
+                libc::MADV_DONTNEED,
+                0,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if done_bytes == 0
+                && matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINVAL | libc::ENOSYS | libc::EPERM)
+                )
+            {
+                NO_PROCESS_MADVISE.store(true, Ordering::Relaxed);
+                return Ok(false);
+            }
+            return Err(Error::Os {
+                call: "process_madvise",
+                source: e,
+            });
+        }
+        // A partial result covers whole iovecs from the front, possibly one in part.
+        let mut n = r as usize;
+        done_bytes += n;
+        while first < iov.len() && n >= iov[first].iov_len {
+            n -= iov[first].iov_len;
+            first += 1;
+        }
+        if n > 0 {
+            iov[first].iov_base = (iov[first].iov_base as usize + n) as *mut libc::c_void;
+            iov[first].iov_len -= n;
+        }
+    }
+    debug_assert_eq!(done_bytes, total);
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dropped_ranges_read_as_zero() {
+        let r = Region::reserve(64 << 10, 4096).unwrap();
+        assert_eq!(r.base() as usize % 4096, 0);
+        // SAFETY: the region is ours and 64 KiB long.
+        unsafe { std::ptr::write_bytes(r.base(), 0xAB, 64 << 10) };
+        r.drop_ranges(&[(0, 4096), (8192, 8192)]).unwrap();
+        // SAFETY: as above.
+        let s = unsafe { std::slice::from_raw_parts(r.base(), 64 << 10) };
+        assert!(s[..4096].iter().all(|&b| b == 0));
+        assert!(s[4096..8192].iter().all(|&b| b == 0xAB));
+        assert!(s[8192..16384].iter().all(|&b| b == 0));
+        assert!(s[16384..].iter().all(|&b| b == 0xAB));
+    }
+
+    #[test]
+    fn huge_alignment() {
+        let r = Region::reserve(4 << 20, 2 << 20).unwrap();
+        assert_eq!(r.base() as usize % (2 << 20), 0);
+        assert_eq!(r.len, 4 << 20);
+    }
+}

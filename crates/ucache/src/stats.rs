@@ -1,0 +1,197 @@
+//! Cache statistics, readable at any time.
+//!
+//! Counters are sharded per thread (each shard on its own cache line) so that counting a hit
+//! costs an uncontended relaxed add: a shared counter would bounce one line between all cores
+//! on every access and cap hit throughput. Reading sums the shards.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+const SHARDS: usize = 64;
+/// Miss latency buckets: bucket i holds latencies in [2^i, 2^(i+1)) ns; the last also holds
+/// everything above 2 s.
+pub const LATENCY_BUCKETS: usize = 32;
+
+macro_rules! counters {
+    ($($name:ident: $doc:literal),* $(,)?) => {
+        #[derive(Default)]
+        struct Shard {
+            $($name: AtomicU64,)*
+            miss_ns: [AtomicU64; LATENCY_BUCKETS],
+        }
+
+        /// A point-in-time sum of the counters.
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        pub struct StatsSnapshot {
+            $(#[doc = $doc] pub $name: u64,)*
+            /// Miss latency histogram: `miss_latency[i]` counts misses that took
+            /// [2^i, 2^(i+1)) ns.
+            pub miss_latency: Vec<u64>,
+        }
+
+        impl Stats {
+            /// Sums every shard.
+            pub fn snapshot(&self) -> StatsSnapshot {
+                let mut s = StatsSnapshot {
+                    miss_latency: vec![0; LATENCY_BUCKETS],
+                    ..Default::default()
+                };
+                for sh in self.shards.iter() {
+                    $(s.$name += sh.$name.load(Relaxed);)*
+                    for (i, b) in sh.miss_ns.iter().enumerate() {
+                        s.miss_latency[i] += b.load(Relaxed);
+                    }
+                }
+                s
+            }
+        }
+    };
+}
+
+counters! {
+    hits: "Pins and accesses that found the buffer cached.",
+    misses: "Loads from the store on demand (not prefetches).",
+    waits: "Accesses that waited for another thread's load or eviction of the same buffer.",
+    evictions: "Buffers evicted, by the budget or explicitly.",
+    eviction_cancels: "Eviction candidates skipped because they were pinned, dirty or vetoed.",
+    writebacks: "Dirty buffers written back successfully.",
+    writeback_failures: "Write-backs that failed; those buffers stayed dirty and resident.",
+    read_failures: "Loads that failed; those buffers stayed evicted.",
+    bytes_read: "Bytes read from stores.",
+    bytes_written: "Bytes written to stores.",
+    prefetches: "Buffers loaded by prefetch.",
+    prefetch_used: "Prefetched buffers pinned before their eviction.",
+    prefetch_wasted: "Prefetched buffers evicted without ever being pinned.",
+}
+
+/// The live counters of one cache.
+pub struct Stats {
+    shards: Box<[CachePadded<Shard>]>,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            shards: (0..SHARDS)
+                .map(|_| CachePadded::new(Shard::default()))
+                .collect(),
+        }
+    }
+}
+
+static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    static SHARD: usize = NEXT_THREAD.fetch_add(1, Relaxed) % SHARDS;
+}
+
+/// Names the counter an event increments.
+#[derive(Clone, Copy)]
+pub(crate) enum Counter {
+    Hits,
+    Misses,
+    Waits,
+    Evictions,
+    EvictionCancels,
+    Writebacks,
+    WritebackFailures,
+    ReadFailures,
+    BytesRead,
+    BytesWritten,
+    Prefetches,
+    PrefetchUsed,
+    PrefetchWasted,
+}
+
+impl Stats {
+    #[inline]
+    fn shard(&self) -> &Shard {
+        &self.shards[SHARD.with(|s| *s)]
+    }
+
+    #[inline]
+    pub(crate) fn add(&self, c: Counter, n: u64) {
+        let s = self.shard();
+        let a = match c {
+            Counter::Hits => &s.hits,
+            Counter::Misses => &s.misses,
+            Counter::Waits => &s.waits,
+            Counter::Evictions => &s.evictions,
+            Counter::EvictionCancels => &s.eviction_cancels,
+            Counter::Writebacks => &s.writebacks,
+            Counter::WritebackFailures => &s.writeback_failures,
+            Counter::ReadFailures => &s.read_failures,
+            Counter::BytesRead => &s.bytes_read,
+            Counter::BytesWritten => &s.bytes_written,
+            Counter::Prefetches => &s.prefetches,
+            Counter::PrefetchUsed => &s.prefetch_used,
+            Counter::PrefetchWasted => &s.prefetch_wasted,
+        };
+        a.fetch_add(n, Relaxed);
+    }
+
+    pub(crate) fn record_miss_latency(&self, d: Duration) {
+        let ns = d.as_nanos().max(1) as u64;
+        let b = (63 - ns.leading_zeros() as usize).min(LATENCY_BUCKETS - 1);
+        self.shard().miss_ns[b].fetch_add(1, Relaxed);
+    }
+}
+
+impl StatsSnapshot {
+    /// The miss latency below which `q` (0..=1) of misses fall, as the upper edge of its bucket.
+    pub fn miss_latency_quantile(&self, q: f64) -> Option<Duration> {
+        let total: u64 = self.miss_latency.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let target = (q * total as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (i, n) in self.miss_latency.iter().enumerate() {
+            seen += n;
+            if seen >= target {
+                return Some(Duration::from_nanos(1u64 << (i + 1)));
+            }
+        }
+        None
+    }
+
+    /// Hits over all accesses, 0 when there were none.
+    pub fn hit_ratio(&self) -> f64 {
+        let all = self.hits + self.misses;
+        if all == 0 {
+            0.0
+        } else {
+            self.hits as f64 / all as f64
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_across_threads() {
+        let s = std::sync::Arc::new(Stats::default());
+        let ts: Vec<_> = (0..4)
+            .map(|_| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..1000 {
+                        s.add(Counter::Hits, 1);
+                    }
+                    s.record_miss_latency(Duration::from_micros(10));
+                })
+            })
+            .collect();
+        ts.into_iter().for_each(|t| t.join().unwrap());
+        let snap = s.snapshot();
+        assert_eq!(snap.hits, 4000);
+        let p = snap.miss_latency_quantile(0.99).unwrap();
+        assert!(
+            p >= Duration::from_micros(10) && p <= Duration::from_micros(20),
+            "{p:?}"
+        );
+    }
+}

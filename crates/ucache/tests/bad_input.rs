@@ -1,0 +1,298 @@
+//! Bad input gets a typed error and corrupts nothing.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use ucache::store::{MemoryStore, Object, OpenOptions, Store};
+use ucache::{Cache, CacheOptions, Error, MapOptions};
+
+const BS: usize = 4096;
+
+fn store_with(name: &str, len: usize) -> MemoryStore {
+    let s = MemoryStore::new();
+    s.insert(name, (0..len).map(|i| (i / BS) as u8).collect());
+    s
+}
+
+fn cache() -> Cache {
+    Cache::new(CacheOptions::new(64 * BS as u64).batch(8)).unwrap()
+}
+
+#[test]
+fn buffer_size_must_be_a_power_of_two_of_at_least_4k() {
+    let s = Arc::new(store_with("o", 64 * BS));
+    for bad in [0, 1, 512, 2048, 4095, 6000, 12288] {
+        let r = cache().map(s.clone(), "o", MapOptions::new().buffer_size(bad));
+        assert!(
+            matches!(r, Err(Error::BadBufferSize(b)) if b == bad),
+            "{bad}: {r:?}"
+        );
+    }
+    assert!(cache()
+        .map(s, "o", MapOptions::new().buffer_size(8192))
+        .is_ok());
+}
+
+#[test]
+fn zero_length_is_refused() {
+    let s = Arc::new(store_with("o", 64 * BS));
+    let r = cache().map(s.clone(), "o", MapOptions::new().len(0));
+    assert!(matches!(r, Err(Error::BadLength { len: 0, .. })), "{r:?}");
+    // An empty object with no length given has nothing to map.
+    s.insert("empty", Vec::new());
+    let r = cache().map(s, "empty", MapOptions::new());
+    assert!(matches!(r, Err(Error::BadLength { .. })), "{r:?}");
+}
+
+#[test]
+fn read_only_mapping_beyond_the_object_is_refused() {
+    let s = Arc::new(store_with("o", 10 * BS));
+    let r = cache().map(s.clone(), "o", MapOptions::new().len(11 * BS as u64));
+    assert!(
+        matches!(r, Err(Error::BeyondObject { object_len, .. }) if object_len == 10 * BS as u64)
+    );
+    let r = cache().map(
+        s.clone(),
+        "o",
+        MapOptions::new().offset(8 * BS as u64).len(4 * BS as u64),
+    );
+    assert!(matches!(r, Err(Error::BeyondObject { .. })), "{r:?}");
+    let r = cache().map(s.clone(), "o", MapOptions::new().offset(100));
+    assert!(matches!(r, Err(Error::BadArgument(_))), "{r:?}");
+    // A read-write mapping grows the object instead.
+    let m = cache()
+        .map(
+            s.clone(),
+            "o",
+            MapOptions::new().writable(true).len(12 * BS as u64),
+        )
+        .unwrap();
+    m.unmap().unwrap();
+    assert_eq!(s.get("o").unwrap().len(), 12 * BS);
+    let r = cache().map(s, "o", MapOptions::new().writable(true).len(100));
+    assert!(matches!(r, Err(Error::BadLength { .. })), "{r:?}");
+}
+
+#[test]
+fn missing_object_is_not_found() {
+    let r = cache().map(Arc::new(MemoryStore::new()), "nope", MapOptions::new());
+    assert!(
+        matches!(r, Err(Error::NotFound { ref object }) if object == "nope"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn budget_smaller_than_one_batch_is_refused() {
+    let r = Cache::new(CacheOptions::new(4 * BS as u64).batch(8));
+    assert!(matches!(r, Err(Error::BudgetTooSmall { .. })), "{r:?}");
+    assert!(matches!(
+        Cache::new(CacheOptions::new(1 << 20).batch(0)),
+        Err(Error::BadArgument(_))
+    ));
+    // The batch is counted in buffers of the mapping: big buffers need a bigger budget.
+    let c = Cache::new(CacheOptions::new(64 * BS as u64).batch(8)).unwrap();
+    let s = Arc::new(store_with("o", 1 << 20));
+    let r = c.map(s, "o", MapOptions::new().buffer_size(64 * 1024));
+    assert!(matches!(r, Err(Error::BudgetTooSmall { .. })), "{r:?}");
+}
+
+#[test]
+fn addresses_outside_every_mapping_are_refused() {
+    let c = cache();
+    let s = Arc::new(store_with("o", 16 * BS));
+    let m = c.map(s, "o", MapOptions::new()).unwrap();
+    let base = m.as_ptr();
+    let local = [0u8; 16];
+    assert!(matches!(
+        c.ensure_cached(local.as_ptr(), 16),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        c.evict(base.wrapping_add(15 * BS), 2 * BS),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(m.pin_shared(16), Err(Error::OutOfRange { .. })));
+    assert!(matches!(
+        m.ensure_cached(16 * BS as u64, 1),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        m.msync(u64::MAX, 2),
+        Err(Error::OutOfRange { .. })
+    ));
+    // The address forms work inside the mapping.
+    c.ensure_cached(base.wrapping_add(3 * BS + 5), 10).unwrap();
+    assert_eq!(m.resident(), 1);
+    c.evict(base, 16 * BS).unwrap();
+    assert_eq!(m.resident(), 0);
+}
+
+#[test]
+fn writes_through_a_read_only_mapping_are_refused() {
+    let c = cache();
+    let s = Arc::new(store_with("o", 16 * BS));
+    let m = c.map(s.clone(), "o", MapOptions::new()).unwrap();
+    assert!(matches!(m.pin_exclusive(0), Err(Error::ReadOnly)));
+    assert!(m.pin_shared(0).unwrap().iter().all(|&b| b == 0));
+    m.unmap().unwrap();
+    assert_eq!(
+        s.get("o").unwrap(),
+        store_with("o", 16 * BS).get("o").unwrap()
+    );
+}
+
+/// An application-defined store whose reads and writes can be made to fail or come up short.
+struct Flaky {
+    inner: Arc<dyn Object>,
+    fail_reads: Arc<AtomicBool>,
+    short_reads: Arc<AtomicBool>,
+    fail_writes: Arc<AtomicBool>,
+}
+
+struct FlakyStore(
+    MemoryStore,
+    Arc<AtomicBool>,
+    Arc<AtomicBool>,
+    Arc<AtomicBool>,
+);
+
+impl Store for FlakyStore {
+    fn open(&self, object: &str, o: OpenOptions) -> ucache::Result<Arc<dyn Object>> {
+        Ok(Arc::new(Flaky {
+            inner: self.0.open(object, o)?,
+            fail_reads: self.1.clone(),
+            short_reads: self.2.clone(),
+            fail_writes: self.3.clone(),
+        }))
+    }
+}
+
+impl Object for Flaky {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if self.fail_reads.load(Ordering::Relaxed) {
+            return Err(io::Error::other("device gone"));
+        }
+        let n = self.inner.read_at(buf, offset)?;
+        Ok(if self.short_reads.load(Ordering::Relaxed) {
+            n / 2
+        } else {
+            n
+        })
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if self.fail_writes.load(Ordering::Relaxed) {
+            return Err(io::Error::other("disk full"));
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
+    }
+}
+
+fn flaky(len: usize) -> (MemoryStore, Arc<FlakyStore>, [Arc<AtomicBool>; 3]) {
+    let mem = store_with("o", len);
+    let flags = [(); 3].map(|_| Arc::new(AtomicBool::new(false)));
+    let st = Arc::new(FlakyStore(
+        mem.clone(),
+        flags[0].clone(),
+        flags[1].clone(),
+        flags[2].clone(),
+    ));
+    (mem, st, flags)
+}
+
+#[test]
+fn io_errors_and_short_reads_are_reported_and_leave_the_buffer_loadable() {
+    let (_, s, [fail_reads, short_reads, _]) = flaky(16 * BS);
+    let c = cache();
+    let m = c.map(s, "o", MapOptions::new()).unwrap();
+    fail_reads.store(true, Ordering::Relaxed);
+    let e = m.pin_shared(3).unwrap_err();
+    assert!(
+        matches!(e, Error::Io { op: "read", offset, .. } if offset == 3 * BS as u64),
+        "{e}"
+    );
+    assert!(e.to_string().contains("device gone"), "{e}");
+    assert!(matches!(
+        m.ensure_cached(0, 4 * BS as u64),
+        Err(Error::Io { .. })
+    ));
+    fail_reads.store(false, Ordering::Relaxed);
+    short_reads.store(true, Ordering::Relaxed);
+    let e = m.pin_shared(3).unwrap_err();
+    assert!(
+        matches!(e, Error::ShortIo { got, want, .. } if got == BS / 2 && want == BS),
+        "{e}"
+    );
+    short_reads.store(false, Ordering::Relaxed);
+    assert_eq!(c.used(), 0, "failed loads give their budget back");
+    let g = m.pin_shared(3).unwrap();
+    assert!(
+        g.iter().all(|&b| b == 3),
+        "a retry after the fault reads the right data"
+    );
+    assert_eq!(c.stats().read_failures, 1 + 4 + 1);
+}
+
+#[test]
+fn failed_writeback_keeps_the_data_dirty_and_resident() {
+    let (mem, s, [_, _, fail_writes]) = flaky(16 * BS);
+    let c = cache();
+    let m = c.map(s, "o", MapOptions::new().writable(true)).unwrap();
+    m.pin_exclusive(2).unwrap().fill(0xEE);
+    fail_writes.store(true, Ordering::Relaxed);
+    let e = m.msync(0, m.len()).unwrap_err();
+    assert!(matches!(e, Error::WritebackFailed { failed: 1, .. }), "{e}");
+    assert!(m.state(2).unwrap().dirty(), "still dirty after the failure");
+    assert!(matches!(
+        m.evict(0, m.len()),
+        Err(Error::WritebackFailed { .. })
+    ));
+    assert_eq!(
+        m.resident(),
+        1,
+        "a buffer whose write-back failed is not evicted"
+    );
+    assert!(m.pin_shared(2).unwrap().iter().all(|&b| b == 0xEE));
+    // Unmap refuses to drop the data and hands the mapping back.
+    let err = m.unmap().unwrap_err();
+    let m = err.mapping;
+    assert_eq!(
+        mem.get("o").unwrap()[2 * BS],
+        2,
+        "nothing reached the store yet"
+    );
+    fail_writes.store(false, Ordering::Relaxed);
+    m.msync(0, m.len()).unwrap();
+    assert!(mem.get("o").unwrap()[2 * BS..3 * BS]
+        .iter()
+        .all(|&b| b == 0xEE));
+    assert!(c.stats().writeback_failures >= 3);
+    m.unmap().unwrap();
+}
+
+#[test]
+fn unpinned_exclusive_write_without_changes_is_clean() {
+    let c = cache();
+    let s = Arc::new(store_with("o", 16 * BS));
+    let m = c.map(s, "o", MapOptions::new().writable(true)).unwrap();
+    let g = m.pin_exclusive(1).unwrap();
+    assert_eq!(g[0], 1);
+    drop(g);
+    assert!(
+        !m.state(1).unwrap().dirty(),
+        "reading through an exclusive guard dirties nothing"
+    );
+}

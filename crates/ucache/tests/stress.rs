@@ -1,0 +1,173 @@
+//! Many threads reading, writing and pinning a mapping 16× larger than the budget. Every buffer
+//! carries its index and a write counter in every 8-byte word, and an in-memory ledger holds
+//! the counter each buffer must have; any lost update, torn buffer or stale read fails the test.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use ucache::store::MemoryStore;
+use ucache::{Cache, CacheOptions, MapOptions};
+
+const BS: usize = 4096;
+const BUDGET_BUFFERS: u64 = 256;
+const BUFFERS: u64 = BUDGET_BUFFERS * 16;
+const BATCH: usize = 32;
+const THREADS: u64 = 8;
+
+fn stamp(buf: &mut [u8], index: u64, counter: u64) {
+    for w in buf.chunks_exact_mut(16) {
+        w[..8].copy_from_slice(&index.to_le_bytes());
+        w[8..].copy_from_slice(&counter.to_le_bytes());
+    }
+}
+
+/// Returns the counter if the buffer is uniformly stamped with `index`, panics otherwise.
+fn check(buf: &[u8], index: u64) -> u64 {
+    let counter = u64::from_le_bytes(buf[8..16].try_into().unwrap());
+    for (k, w) in buf.chunks_exact(16).enumerate() {
+        let i = u64::from_le_bytes(w[..8].try_into().unwrap());
+        let c = u64::from_le_bytes(w[8..].try_into().unwrap());
+        assert_eq!((i, c), (index, counter), "buffer {index} torn at word {k}");
+    }
+    counter
+}
+
+#[test]
+fn stress_every_byte_verified() {
+    let store = MemoryStore::new();
+    let mut data = vec![0u8; BUFFERS as usize * BS];
+    for (i, b) in data.chunks_exact_mut(BS).enumerate() {
+        stamp(b, i as u64, 0);
+    }
+    store.insert("db", data);
+    let cache = Cache::new(CacheOptions::new(BUDGET_BUFFERS * BS as u64).batch(BATCH)).unwrap();
+    let m = cache
+        .map(
+            Arc::new(store.clone()),
+            "db",
+            MapOptions::new().writable(true),
+        )
+        .unwrap();
+    // The counter each buffer must hold: only an exclusive pin holder changes it.
+    let ledger: Vec<AtomicU64> = (0..BUFFERS).map(|_| AtomicU64::new(0)).collect();
+    let peak = AtomicU64::new(0);
+    let seconds = if cfg!(debug_assertions) { 4 } else { 8 };
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let ops = AtomicU64::new(0);
+
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (m, ledger, peak, ops, cache) = (&m, &ledger, &peak, &ops, &cache);
+            s.spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(t);
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    // Skewed choice so some buffers are hot and contended.
+                    let i = if rng.gen_bool(0.3) {
+                        rng.gen_range(0..16)
+                    } else {
+                        rng.gen_range(0..BUFFERS)
+                    };
+                    match rng.gen_range(0..10) {
+                        0..=4 => {
+                            let g = m.pin_shared(i).unwrap();
+                            let c = check(&g, i);
+                            assert!(c <= ledger[i as usize].load(Ordering::Acquire));
+                        }
+                        5..=7 => {
+                            let mut g = m.pin_exclusive(i).unwrap();
+                            let c = check(&g, i);
+                            assert_eq!(
+                                c,
+                                ledger[i as usize].load(Ordering::Acquire),
+                                "lost update on {i}"
+                            );
+                            stamp(&mut g, i, c + 1);
+                            ledger[i as usize].store(c + 1, Ordering::Release);
+                        }
+                        8 => {
+                            // Two pins at once, in index order, as a B-tree descent would.
+                            let j = (i + 1 + rng.gen_range(0..64)) % BUFFERS;
+                            let (a, b) = (i.min(j), i.max(j));
+                            let ga = m.pin_shared(a).unwrap();
+                            let gb = m.pin_shared(b).unwrap();
+                            check(&ga, a);
+                            check(&gb, b);
+                        }
+                        _ => {
+                            let c = m
+                                .read_optimistic(i, |v| {
+                                    let idx = v.read_u64(0);
+                                    let c = v.read_u64(8);
+                                    let idx2 = v.read_u64(BS - 16);
+                                    let c2 = v.read_u64(BS - 8);
+                                    (idx, c, idx2, c2)
+                                })
+                                .unwrap();
+                            assert_eq!((c.0, c.2), (i, i), "optimistic read validated bad data");
+                            assert_eq!(c.1, c.3, "optimistic read validated a torn buffer");
+                        }
+                    }
+                    if n.is_multiple_of(64) {
+                        peak.fetch_max(cache.used(), Ordering::Relaxed);
+                    }
+                    n += 1;
+                }
+                ops.fetch_add(n, Ordering::Relaxed);
+            });
+        }
+    });
+
+    let budget = BUDGET_BUFFERS * BS as u64;
+    assert!(peak.load(Ordering::Relaxed) <= budget + (BATCH * BS) as u64);
+    let st = cache.stats();
+    assert!(st.evictions > BUDGET_BUFFERS, "the test must evict: {st:?}");
+    assert!(
+        st.writebacks > 0,
+        "dirty buffers must be written back: {st:?}"
+    );
+    eprintln!(
+        "{} ops, {} hits, {} misses, {} evictions, {} writebacks, {} waits",
+        ops.load(Ordering::Relaxed),
+        st.hits,
+        st.misses,
+        st.evictions,
+        st.writebacks,
+        st.waits
+    );
+    // Everything still in memory is verified, then written back and verified in the store.
+    for i in 0..BUFFERS {
+        let g = m.pin_shared(i).unwrap();
+        assert_eq!(check(&g, i), ledger[i as usize].load(Ordering::Relaxed));
+    }
+    m.unmap().unwrap();
+    assert_eq!(cache.used(), 0, "unmap releases the whole budget");
+    let data = store.get("db").unwrap();
+    for (i, b) in data.chunks_exact(BS).enumerate() {
+        assert_eq!(check(b, i as u64), ledger[i].load(Ordering::Relaxed));
+    }
+}
+
+#[test]
+fn concurrent_misses_on_one_buffer_load_it_once() {
+    let store = MemoryStore::new();
+    store.insert("o", vec![9u8; 64 * BS]);
+    let cache = Cache::new(CacheOptions::new(32 * BS as u64).batch(8)).unwrap();
+    let m = cache.map(Arc::new(store), "o", MapOptions::new()).unwrap();
+    for round in 0..20u64 {
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let g = m.pin_shared(round).unwrap();
+                    assert!(g.iter().all(|&b| b == 9));
+                });
+            }
+        });
+    }
+    let st = cache.stats();
+    assert_eq!(st.misses, 20, "exactly one load per buffer: {st:?}");
+    assert_eq!(st.hits + st.waits, 20 * 7, "{st:?}");
+}
