@@ -59,11 +59,13 @@ pub fn write_svg(path: &Path, results: &[SystemResult]) -> Result<(), String> {
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(80)
-        .build_cartesian_2d((0..results.len()).into_segmented(), 0f64..ymax)
+        // A segmented range over 0..k has k+1 segments, so k = len-1 gives one per system.
+        .build_cartesian_2d((0..results.len() - 1).into_segmented(), 0f64..ymax)
         .map_err(err)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
+        .y_max_light_lines(1)
         .y_desc("ops/s (median of reps; dots: each rep)")
         .y_label_formatter(&|v| human(*v))
         .x_label_formatter(&|v| match v {
@@ -97,7 +99,15 @@ pub fn write_svg(path: &Path, results: &[SystemResult]) -> Result<(), String> {
                 .map_or(String::new(), |x| format!(" ({x:.2}x mmap)"));
             Text::new(
                 format!("{}{ratio}", human(r.ops_per_sec)),
-                (SegmentValue::CenterOf(i), r.ops_per_sec),
+                // Above the highest rep's dot, so the label never covers one.
+                (
+                    SegmentValue::CenterOf(i),
+                    r.reps
+                        .iter()
+                        .map(|x| x.ops_per_sec)
+                        .fold(r.ops_per_sec, f64::max)
+                        + ymax * 0.01,
+                ),
                 label.clone(),
             )
         }))

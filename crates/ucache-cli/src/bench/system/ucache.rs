@@ -48,7 +48,7 @@ impl Ucache {
             let idx = ctx.next_index();
             let g = self
                 .map
-                .pin_shared(idx as usize)
+                .pin_shared(idx)
                 .map_err(|e| format!("pin_shared({idx}): {e}"))?;
             ctx.touch(&g[..], idx);
             drop(g);
@@ -59,20 +59,16 @@ impl Ucache {
 
     fn prefetch(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
         let mut indices = [0u64; BATCH];
-        let mut as_usize = [0usize; BATCH];
         while ctx.running() {
             let t = ctx.sample();
             ctx.next_indices(&mut indices);
-            for (u, &i) in as_usize.iter_mut().zip(&indices) {
-                *u = i as usize;
-            }
             self.map
-                .ensure_cached_buffers(&as_usize)
+                .ensure_cached_buffers(&indices)
                 .map_err(|e| format!("ensure_cached_buffers: {e}"))?;
             for &idx in &indices {
                 let g = self
                     .map
-                    .pin_shared(idx as usize)
+                    .pin_shared(idx)
                     .map_err(|e| format!("pin_shared({idx}): {e}"))?;
                 ctx.touch(&g[..], idx);
             }
