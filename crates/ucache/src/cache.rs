@@ -258,8 +258,8 @@ impl CacheCore {
                 return Err(Error::BudgetExhausted { resident: used });
             }
             spins += 1;
-            if spins < 4 {
-                std::thread::yield_now();
+            if spins < 4 || !crate::sync::CAN_PARK {
+                crate::sync::yield_now();
             } else {
                 std::thread::sleep(Duration::from_micros(50 * spins.min(20) as u64));
             }

@@ -20,6 +20,7 @@ mod region;
 pub mod state;
 mod stats;
 pub mod store;
+mod sync;
 
 pub use cache::{Cache, CacheOptions, DEFAULT_BATCH};
 pub use error::{Error, Result};

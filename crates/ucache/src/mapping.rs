@@ -261,17 +261,26 @@ impl MappingCore {
         &self.cache.stats
     }
 
+    /// The state word of buffer `i`, or the error for an index past the end: the one bounds
+    /// check of the access paths.
+    #[inline]
+    fn slot(&self, i: u64) -> Result<&BufferState> {
+        match self.states.get(i as usize) {
+            Some(s) => Ok(s),
+            None => Err(self.out_of_range(i)),
+        }
+    }
+
+    #[cold]
+    fn out_of_range(&self, i: u64) -> Error {
+        Error::OutOfRange {
+            addr: (self.base() as usize).wrapping_add((i as usize).wrapping_mul(self.bs)),
+            len: self.bs,
+        }
+    }
+
     fn check_index(&self, i: u64) -> Result<()> {
-        if self.unmapped.load(Ordering::Relaxed) {
-            return Err(Error::Unmapped);
-        }
-        if i >= self.buffers() {
-            return Err(Error::OutOfRange {
-                addr: self.base() as usize + (i as usize).saturating_mul(self.bs),
-                len: self.bs,
-            });
-        }
-        Ok(())
+        self.slot(i).map(|_| ())
     }
 
     /// The buffers overlapping `[offset, offset+len)`.
@@ -296,8 +305,8 @@ impl MappingCore {
     // ---- pins -------------------------------------------------------------------------------
 
     pub(crate) fn pin_shared(self: &Arc<Self>, i: u64) -> Result<SharedGuard<'_>> {
-        self.check_index(i)?;
-        self.pin(i, Pin::Shared)?;
+        let s = self.slot(i)?;
+        self.pin(s, i, Pin::Shared)?;
         // SAFETY: we hold a shared pin: the buffer is Cached and nobody writes it until unpin.
         Ok(unsafe {
             SharedGuard::new(
@@ -310,11 +319,11 @@ impl MappingCore {
     }
 
     pub(crate) fn pin_exclusive(self: &Arc<Self>, i: u64) -> Result<ExclusiveGuard<'_>> {
-        self.check_index(i)?;
+        let s = self.slot(i)?;
         if !self.writable {
             return Err(Error::ReadOnly);
         }
-        self.pin(i, Pin::Exclusive)?;
+        self.pin(s, i, Pin::Exclusive)?;
         // SAFETY: we hold the exclusive pin: nobody else reads or writes the buffer until unpin.
         Ok(unsafe {
             ExclusiveGuard::new(
@@ -327,8 +336,15 @@ impl MappingCore {
     }
 
     /// Pins buffer `i`, loading it if needed. The heart of the hit and miss paths.
-    fn pin(self: &Arc<Self>, i: u64, pin: Pin) -> Result<()> {
-        let s = self.state(i);
+    #[inline]
+    fn pin(self: &Arc<Self>, s: &BufferState, i: u64, pin: Pin) -> Result<()> {
+        if pin == Pin::Shared {
+            if let Some(old) = s.pin_shared_fast() {
+                self.stats().add(Counter::Hits, 1);
+                self.on_hit(i, old);
+                return Ok(());
+            }
+        }
         let mut w = s.load();
         let mut waited = false;
         loop {
@@ -339,15 +355,13 @@ impl MappingCore {
             if let Some(n) = next {
                 match s.cas(w, n) {
                     Ok(()) => {
-                        if !waited {
-                            self.stats().add(Counter::Hits, 1);
-                        }
-                        if w.prefetched() {
-                            self.stats().add(Counter::PrefetchUsed, 1);
-                        }
-                        if self.policy_hits {
-                            self.policy.on_hit(i);
-                        }
+                        let c = if waited {
+                            Counter::Waits
+                        } else {
+                            Counter::Hits
+                        };
+                        self.stats().add(c, 1);
+                        self.on_hit(i, w);
                         return Ok(());
                     }
                     Err(cur) => {
@@ -362,13 +376,21 @@ impl MappingCore {
                     return Ok(());
                 }
             } else {
-                if !waited {
-                    self.stats().add(Counter::Waits, 1);
-                    waited = true;
-                }
+                waited = true;
                 s.wait_change(w);
             }
             w = s.load();
+        }
+    }
+
+    /// The hooks of a pin that found the buffer cached (`old` is the word before the pin).
+    #[inline]
+    fn on_hit(&self, i: u64, old: Word) {
+        if old.prefetched() {
+            self.stats().add(Counter::PrefetchUsed, 1);
+        }
+        if self.policy_hits {
+            self.policy.on_hit(i);
         }
     }
 
@@ -378,11 +400,15 @@ impl MappingCore {
         let Some(claimed) = seen.begin_load() else {
             return Ok(false);
         };
-        self.cache.reserve(self.bs as u64)?;
         let s = self.state(i);
         if s.cas(seen, claimed).is_err() {
-            self.cache.release(self.bs as u64);
             return Ok(false);
+        }
+        // Claim first, reserve second: a thread that saw the buffer evicted a moment ago must
+        // not evict others (or this very buffer, once loaded by someone else) for nothing.
+        if let Err(e) = self.cache.reserve(self.bs as u64) {
+            let _ = s.update(|w| Some(w.abort_load()));
+            return Err(e);
         }
         self.resident.fetch_add(1, Ordering::Relaxed);
         let t0 = Instant::now();
@@ -462,18 +488,17 @@ impl MappingCore {
         i: u64,
         mut f: impl FnMut(&OptimisticView<'_>) -> R,
     ) -> Result<R> {
-        self.check_index(i)?;
-        let s = self.state(i);
+        let s = self.slot(i)?;
+        let ptr = self.region.at((i << self.shift) as usize);
+        let valid = self.valid(i);
         loop {
             let w = s.load();
             if w.phase() == Phase::Cached && !w.exclusive() {
                 // SAFETY: the view only performs reads; their results are discarded unless the
                 // version check below proves the buffer was neither evicted nor written.
-                let view = unsafe {
-                    OptimisticView::new(self.region.at((i << self.shift) as usize), self.valid(i))
-                };
+                let view = unsafe { OptimisticView::new(ptr, valid) };
                 let r = f(&view);
-                std::sync::atomic::fence(Ordering::Acquire);
+                crate::sync::fence(Ordering::Acquire);
                 let v = s.load();
                 if v.phase() == Phase::Cached && !v.exclusive() && v.version() == w.version() {
                     self.stats().add(Counter::Hits, 1);
@@ -497,23 +522,25 @@ impl MappingCore {
             let s = self.state(i);
             let w = s.load();
             if w.phase() == Phase::Cached {
+                // Counts as an access for the policy, so this batch's own loads do not evict it.
+                let _ = s.update(|w| w.touch());
                 continue;
             }
             let Some(l) = w.begin_load() else {
                 others.push(i);
                 continue;
             };
+            if s.cas(w, l).is_err() {
+                others.push(i);
+                continue;
+            }
             if let Err(e) = self.cache.reserve(self.bs as u64) {
+                let _ = s.update(|w| Some(w.abort_load()));
                 self.abandon_claims(&claimed);
                 return Err(e);
             }
-            if s.cas(w, l).is_ok() {
-                self.resident.fetch_add(1, Ordering::Relaxed);
-                claimed.push(i);
-            } else {
-                self.cache.release(self.bs as u64);
-                others.push(i);
-            }
+            self.resident.fetch_add(1, Ordering::Relaxed);
+            claimed.push(i);
         }
         Ok((claimed, others))
     }

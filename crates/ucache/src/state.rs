@@ -24,7 +24,9 @@
 //! The functions on [`Word`] are pure: they compute the next word or refuse. [`BufferState`]
 //! applies them with CAS and wakes parked waiters when a transition clears `W`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
+
+use crate::sync::{self, AtomicU64};
 
 /// Where a buffer is in its life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +45,9 @@ pub enum Phase {
 const PIN_MASK: u64 = 0xFFFF;
 /// Most shared pins one buffer can carry at once.
 pub const MAX_PINS: u64 = PIN_MASK - 1;
+/// Above this many pins, pins take the CAS path, so that concurrent blind adds (one per
+/// racing thread) can never carry out of the pin field.
+const FAST_PIN_LIMIT: u64 = 1 << 14;
 const X: u64 = 1 << 16;
 const PHASE_SHIFT: u32 = 17;
 const PHASE_MASK: u64 = 0b111 << PHASE_SHIFT;
@@ -236,6 +241,11 @@ impl Word {
         debug_assert!(self.writing() && self.pins() > 0);
         Word((self.0 - 1) & !WRITING | if ok { 0 } else { DIRTY })
     }
+    /// Sets the referenced bit of a cached buffer: an access without a pin (`ensure_cached`).
+    #[inline]
+    pub fn touch(self) -> Option<Word> {
+        (self.phase() == Phase::Cached && !self.referenced()).then_some(Word(self.0 | REFERENCED))
+    }
     /// Clears the referenced bit (CLOCK's second chance).
     #[inline]
     pub fn clear_referenced(self) -> Word {
@@ -257,11 +267,16 @@ const SPINS: u32 = 64;
 
 /// The atomic state word of one buffer.
 #[repr(transparent)]
-#[derive(Default)]
 pub struct BufferState(AtomicU64);
 
+impl Default for BufferState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl BufferState {
-    pub const fn new() -> Self {
+    pub fn new() -> Self {
         BufferState(AtomicU64::new(0))
     }
 
@@ -302,6 +317,31 @@ impl BufferState {
         }
     }
 
+    /// The hit path's shared pin: one atomic add instead of a load + CAS. An add that finds
+    /// the buffer not pinnable (not cached, locked, or near the pin limit) is undone at once;
+    /// meanwhile the transient pin only makes other transitions (claims, exclusive pins) fail or
+    /// wait, which they handle anyway. Returns the word before the pin; the referenced bit is
+    /// set and the prefetched bit cleared afterwards, by the rare pin that finds them stale.
+    #[inline]
+    pub fn pin_shared_fast(&self) -> Option<Word> {
+        let old = Word(self.0.fetch_add(1, Ordering::Acquire));
+        if old.phase() == Phase::Cached && !old.exclusive() && old.pins() < FAST_PIN_LIMIT {
+            if !old.referenced() {
+                self.0.fetch_or(REFERENCED, Ordering::Relaxed);
+            }
+            if old.prefetched() {
+                let before = Word(self.0.fetch_and(!PREFETCHED, Ordering::Relaxed));
+                if !before.prefetched() {
+                    // Another pin already claimed the first use.
+                    return Some(Word(old.0 & !PREFETCHED));
+                }
+            }
+            return Some(old);
+        }
+        self.unpin_shared();
+        None
+    }
+
     /// Drops a shared pin with one atomic subtraction (the hit path's unpin).
     #[inline]
     pub fn unpin_shared(&self) {
@@ -319,11 +359,14 @@ impl BufferState {
             if self.load() != seen {
                 return;
             }
-            if i < SPINS / 2 {
+            if i < SPINS / 2 && sync::CAN_PARK {
                 std::hint::spin_loop();
             } else {
-                std::thread::yield_now();
+                sync::yield_now();
             }
+        }
+        if !sync::CAN_PARK {
+            return;
         }
         let marked = Word(seen.0 | WAITERS);
         if !seen.has_waiters()
@@ -483,6 +526,38 @@ mod tests {
         }
         assert_eq!(w.pin_shared(), None);
         assert_eq!(w.phase(), Phase::Cached);
+    }
+
+    #[test]
+    fn fast_pin_only_succeeds_on_cached_unlocked_buffers() {
+        let s = BufferState::new();
+        assert!(s.pin_shared_fast().is_none(), "evicted");
+        assert_eq!(s.load(), Word::EVICTED, "a refused fast pin is undone");
+        s.cas(
+            Word::EVICTED,
+            Word::EVICTED
+                .begin_load()
+                .unwrap()
+                .finish_load(Pin::Exclusive, true),
+        )
+        .unwrap();
+        assert!(s.pin_shared_fast().is_none(), "exclusively held");
+        let x = s.load();
+        s.cas(x, x.unpin_exclusive(false)).unwrap();
+        let before = s.pin_shared_fast().unwrap();
+        assert!(
+            before.prefetched(),
+            "the first pin learns it used a prefetch"
+        );
+        let w = s.load();
+        assert!(w.referenced() && !w.prefetched() && w.pins() == 1);
+        assert!(
+            !s.pin_shared_fast().unwrap().prefetched(),
+            "only the first pin counts it"
+        );
+        s.unpin_shared();
+        s.unpin_shared();
+        assert_eq!(s.load().pins(), 0);
     }
 
     #[test]

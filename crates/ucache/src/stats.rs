@@ -83,7 +83,13 @@ impl Default for Stats {
 
 static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
 thread_local! {
-    static SHARD: usize = NEXT_THREAD.fetch_add(1, Relaxed) % SHARDS;
+    /// This thread's shard, and whether it is the shard's only writer. The first `SHARDS`
+    /// threads own a shard each and count with plain load + store (no locked instruction on
+    /// the hit path); later threads share shards and fall back to atomic adds.
+    static SHARD: (usize, bool) = {
+        let n = NEXT_THREAD.fetch_add(1, Relaxed);
+        (n % SHARDS, n < SHARDS)
+    };
 }
 
 /// Names the counter an event increments.
@@ -106,13 +112,23 @@ pub(crate) enum Counter {
 
 impl Stats {
     #[inline]
-    fn shard(&self) -> &Shard {
-        &self.shards[SHARD.with(|s| *s)]
+    fn shard(&self) -> (&Shard, bool) {
+        let (i, owned) = SHARD.with(|s| *s);
+        (&self.shards[i], owned)
+    }
+
+    #[inline]
+    fn bump(a: &AtomicU64, n: u64, owned: bool) {
+        if owned {
+            a.store(a.load(Relaxed).wrapping_add(n), Relaxed);
+        } else {
+            a.fetch_add(n, Relaxed);
+        }
     }
 
     #[inline]
     pub(crate) fn add(&self, c: Counter, n: u64) {
-        let s = self.shard();
+        let (s, owned) = self.shard();
         let a = match c {
             Counter::Hits => &s.hits,
             Counter::Misses => &s.misses,
@@ -128,13 +144,14 @@ impl Stats {
             Counter::PrefetchUsed => &s.prefetch_used,
             Counter::PrefetchWasted => &s.prefetch_wasted,
         };
-        a.fetch_add(n, Relaxed);
+        Self::bump(a, n, owned);
     }
 
     pub(crate) fn record_miss_latency(&self, d: Duration) {
         let ns = d.as_nanos().max(1) as u64;
         let b = (63 - ns.leading_zeros() as usize).min(LATENCY_BUCKETS - 1);
-        self.shard().miss_ns[b].fetch_add(1, Relaxed);
+        let (s, owned) = self.shard();
+        Self::bump(&s.miss_ns[b], 1, owned);
     }
 }
 

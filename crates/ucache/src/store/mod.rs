@@ -27,10 +27,14 @@ use crate::error::Result;
 mod fault;
 mod file;
 mod memory;
+#[cfg(test)]
+mod testutil;
 mod uring;
 
-// TODO(stores): re-export FaultStore, FileStore, UringStore once written.
+pub use fault::{FaultConfig, FaultObject, FaultStore};
+pub use file::{FileObject, FileStore};
 pub use memory::MemoryStore;
+pub use uring::{UringObject, UringOptions, UringStore};
 
 /// How to open an object.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,0 +1,122 @@
+//! The cache over real files through the pread and io_uring stores: reads larger than the
+//! budget, write-back, prefetch, and batched misses, with every byte checked against the file.
+
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use ucache::store::{FileStore, Store, UringOptions, UringStore};
+use ucache::{Cache, CacheOptions, MapOptions};
+
+const BS: usize = 4096;
+const BUFFERS: u64 = 2048;
+
+/// Every 8-byte word holds its own byte offset, as in `ucache bench` data files.
+fn make_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let p = dir.join("data");
+    let mut v = Vec::with_capacity(BUFFERS as usize * BS);
+    for o in (0..BUFFERS * BS as u64).step_by(8) {
+        v.extend_from_slice(&o.to_le_bytes());
+    }
+    std::fs::write(&p, v).unwrap();
+    p
+}
+
+fn stores() -> Vec<(&'static str, Arc<dyn Store>)> {
+    let mut v: Vec<(&str, Arc<dyn Store>)> = vec![
+        ("pread", Arc::new(FileStore::new())),
+        ("pread-direct", Arc::new(FileStore::direct())),
+    ];
+    match UringStore::new(UringOptions::default()) {
+        Ok(u) => v.push(("uring", Arc::new(u))),
+        Err(e) => eprintln!("io_uring unavailable, skipping it: {e}"),
+    }
+    v
+}
+
+#[test]
+fn random_reads_out_of_memory_match_the_file() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = make_file(dir.path());
+    for (name, store) in stores() {
+        let cache = Cache::new(CacheOptions::new(BUFFERS * BS as u64 / 8).batch(32)).unwrap();
+        let m = cache
+            .map(store, path.to_str().unwrap(), MapOptions::new())
+            .unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let m = &m;
+                s.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(t);
+                    for _ in 0..5000 {
+                        let i = rng.gen_range(0..BUFFERS);
+                        let w = rng.gen_range(0..BS / 8);
+                        let g = m.pin_shared(i).unwrap();
+                        let v = u64::from_le_bytes(g[w * 8..w * 8 + 8].try_into().unwrap());
+                        assert_eq!(v, i * BS as u64 + w as u64 * 8, "{name}");
+                    }
+                });
+            }
+        });
+        let st = cache.stats();
+        assert!(st.evictions > 0 && st.misses > 0, "{name}: {st:?}");
+        // Batched misses and prefetch through the same store.
+        let idx: Vec<u64> = (0..64).map(|k| k * 17 % BUFFERS).collect();
+        m.ensure_cached_buffers(&idx).unwrap();
+        let cached = idx
+            .iter()
+            .filter(|&&i| m.state(i).unwrap().phase() == ucache::state::Phase::Cached)
+            .count();
+        assert!(
+            cached >= 60,
+            "{name}: only {cached} of 64 cached after ensure_cached"
+        );
+        m.prefetch(100 * BS as u64, 32 * BS as u64).unwrap();
+        for i in 100..132 {
+            let g = m.pin_shared(i).unwrap();
+            assert_eq!(
+                u64::from_le_bytes(g[..8].try_into().unwrap()),
+                i * BS as u64,
+                "{name}"
+            );
+        }
+        assert!(cache.stats().prefetches > 0, "{name}");
+        m.unmap().unwrap();
+        assert_eq!(cache.used(), 0);
+    }
+}
+
+#[test]
+fn writes_reach_the_file_after_msync_and_eviction() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = make_file(dir.path());
+    for (name, store) in stores() {
+        let cache = Cache::new(CacheOptions::new(128 * BS as u64).batch(16)).unwrap();
+        let m = cache
+            .map(
+                store,
+                path.to_str().unwrap(),
+                MapOptions::new().writable(true),
+            )
+            .unwrap();
+        for i in (0..BUFFERS).step_by(3) {
+            let mut g = m.pin_exclusive(i).unwrap();
+            g[..8].copy_from_slice(&(!i).to_le_bytes());
+        }
+        m.writeback(0, m.len()).unwrap();
+        m.msync(0, m.len()).unwrap();
+        let file = std::fs::read(&path).unwrap();
+        for i in 0..BUFFERS {
+            let o = i as usize * BS;
+            let v = u64::from_le_bytes(file[o..o + 8].try_into().unwrap());
+            let want = if i % 3 == 0 { !i } else { i * BS as u64 };
+            assert_eq!(v, want, "{name}: buffer {i}");
+            // Restore for the next store.
+            if i % 3 == 0 {
+                m.pin_exclusive(i).unwrap()[..8].copy_from_slice(&(i * BS as u64).to_le_bytes());
+            }
+        }
+        assert!(cache.stats().writebacks >= BUFFERS / 3, "{name}");
+        m.unmap().unwrap();
+    }
+}

@@ -1,0 +1,151 @@
+//! Model checking of the buffer protocol with shuttle: the real mapping code, with its state
+//! word atomics replaced by shuttle's, under thousands of randomized and PCT-prioritized
+//! schedules. Run with `cargo test -p ucache --features shuttle --test model`.
+#![cfg(feature = "shuttle")]
+
+use std::sync::Arc;
+
+use shuttle::thread;
+use ucache::store::MemoryStore;
+use ucache::{Cache, CacheOptions, MapOptions};
+
+const BS: usize = 4096;
+const ITERATIONS: usize = 3000;
+
+/// A cache that holds one buffer at a time, over `n` buffers whose first byte is their index.
+fn setup(n: usize) -> (MemoryStore, Cache, Arc<ucache::Mapping>) {
+    let store = MemoryStore::new();
+    store.insert("o", (0..n * BS).map(|i| (i / BS) as u8).collect());
+    let cache = Cache::new(CacheOptions::new(BS as u64).batch(1)).unwrap();
+    let m = cache
+        .map(
+            Arc::new(store.clone()),
+            "o",
+            MapOptions::new().writable(true),
+        )
+        .unwrap();
+    (store, cache, Arc::new(m))
+}
+
+fn check(f: impl Fn() + Send + Sync + 'static) {
+    let f = Arc::new(f);
+    let g = f.clone();
+    shuttle::check_random(move || g(), ITERATIONS);
+    shuttle::check_pct(move || f(), ITERATIONS, 3);
+}
+
+/// Concurrent misses on one buffer: one load, everyone sees the data.
+#[test]
+fn racing_misses_load_once() {
+    check(|| {
+        let (_, cache, m) = setup(2);
+        let ts: Vec<_> = (0..3)
+            .map(|_| {
+                let m = m.clone();
+                thread::spawn(move || assert_eq!(m.pin_shared(1).unwrap()[0], 1))
+            })
+            .collect();
+        ts.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(cache.stats().misses, 1);
+    });
+}
+
+/// Insertion racing eviction with writers: with room for one buffer, every access to one
+/// buffer evicts the other, dirty ones through write-back. No update may be lost and no
+/// reader may see evicted (zeroed) memory.
+#[test]
+fn insertion_eviction_and_writes_lose_nothing() {
+    check(|| {
+        let (store, cache, m) = setup(2);
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let m = m.clone();
+                thread::spawn(move || {
+                    let mut g = m.pin_exclusive(0).unwrap();
+                    g[1] += 1;
+                })
+            })
+            .collect();
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let m = m.clone();
+                thread::spawn(move || {
+                    let g = m.pin_shared(1).unwrap();
+                    assert_eq!(g[0], 1, "a pinned buffer is never dropped");
+                    assert_eq!(g[BS - 1], 1, "a pinned buffer is never dropped");
+                })
+            })
+            .collect();
+        writers.into_iter().for_each(|t| t.join().unwrap());
+        readers.into_iter().for_each(|t| t.join().unwrap());
+        assert!(cache.used() <= cache.budget());
+        assert_eq!(m.pin_shared(0).unwrap()[1], 2, "lost update");
+        m.msync(0, m.len()).unwrap();
+        assert_eq!(store.get("o").unwrap()[1], 2);
+    });
+}
+
+/// Optimistic readers racing a writer and an eviction only ever validate a consistent buffer.
+#[test]
+fn optimistic_reads_validate_only_consistent_data() {
+    check(|| {
+        let (_, _, m) = setup(2);
+        let writer = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let mut g = m.pin_exclusive(0).unwrap();
+                g[8] = 7;
+                g[BS - 1] = 7;
+            })
+        };
+        let evictor = {
+            let m = m.clone();
+            thread::spawn(move || drop(m.pin_shared(1).unwrap()))
+        };
+        let reader = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let (a, b, z) = m
+                    .read_optimistic(0, |v| {
+                        let mut x = [0u8; 1];
+                        v.copy_to(8, &mut x);
+                        let mut y = [0u8; 1];
+                        v.copy_to(BS - 1, &mut y);
+                        let mut z = [0u8; 1];
+                        v.copy_to(0, &mut z);
+                        (x[0], y[0], z[0])
+                    })
+                    .unwrap();
+                assert_eq!(a, b, "torn read validated");
+                assert_eq!(z, 0, "buffer 0 starts with its index");
+                assert!(a == 0 || a == 7);
+            })
+        };
+        for t in [writer, evictor, reader] {
+            t.join().unwrap();
+        }
+    });
+}
+
+/// Explicit eviction never drops a pinned or dirty buffer's data.
+#[test]
+fn explicit_evict_respects_pins() {
+    check(|| {
+        let (_, _, m) = setup(2);
+        let pinner = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let g = m.pin_shared(0).unwrap();
+                thread::yield_now();
+                assert_eq!(g[0], 0);
+                assert_eq!(g[BS - 1], 0);
+            })
+        };
+        let evictor = {
+            let m = m.clone();
+            thread::spawn(move || m.evict(0, m.len()).unwrap())
+        };
+        pinner.join().unwrap();
+        evictor.join().unwrap();
+    });
+}
