@@ -115,7 +115,6 @@ impl<'a> ThreadCtx<'a> {
             .next_index(&mut self.rng, &self.shared.cursor, self.params.buffers())
     }
 
-    #[cfg_attr(not(feature = "ucache-core"), allow(dead_code))]
     pub fn next_indices(&mut self, out: &mut [u64]) {
         let n = self.params.buffers();
         self.params

@@ -46,7 +46,6 @@ impl Workload {
 
     /// Fills `out` with the buffer indices of the next `out.len()` ops; `seq` claims them from
     /// the cursor in one step so a batch is a contiguous run, as a scan would issue it.
-    #[cfg_attr(not(feature = "ucache-core"), allow(dead_code))]
     pub fn next_indices(
         self,
         rng: &mut SmallRng,

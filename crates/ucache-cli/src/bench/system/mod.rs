@@ -16,9 +16,6 @@ mod mmap;
 mod pread;
 mod raw_psync;
 mod raw_uring;
-// The core's Cache/Mapping API is being written on `main`; until it is merged here, the ucache
-// systems are compiled only with `--features ucache-core`, and otherwise report why they cannot run.
-#[cfg(feature = "ucache-core")]
 mod ucache;
 
 /// Reads raw-uring keeps in flight per thread.
@@ -115,7 +112,6 @@ pub struct Params {
     pub buffer_size: usize,
     pub memory_bytes: u64,
     pub threads: usize,
-    #[cfg_attr(not(feature = "ucache-core"), allow(dead_code))]
     pub store: StoreKind,
 }
 
@@ -144,18 +140,8 @@ pub trait System: Sync {
 
 pub fn open(kind: SystemKind, p: &Params) -> Result<Box<dyn System>, String> {
     let sys: Box<dyn System> = match kind {
-        #[cfg(feature = "ucache-core")]
         SystemKind::UcacheExplicit => Box::new(ucache::Ucache::open(p, false)?),
-        #[cfg(feature = "ucache-core")]
         SystemKind::UcachePrefetch => Box::new(ucache::Ucache::open(p, true)?),
-        #[cfg(not(feature = "ucache-core"))]
-        SystemKind::UcacheExplicit | SystemKind::UcachePrefetch => {
-            return Err(
-                "this build has no ucache core (Cache, MapOptions, pin_shared); \
-                        build with --features ucache-core once crates/ucache provides them"
-                    .into(),
-            )
-        }
         SystemKind::Mmap => Box::new(mmap::Mmap::open(p)?),
         SystemKind::Pread => Box::new(pread::Pread::open(p)?),
         SystemKind::RawPsync => Box::new(raw_psync::RawPsync::open(p)?),
