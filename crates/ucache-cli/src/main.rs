@@ -1,1 +1,74 @@
-fn main() {}
+//! The `ucache` command: benchmarks and a demo of the ucache IO cache.
+
+mod bench;
+mod demo;
+mod size;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "ucache",
+    version,
+    about = "ucache: a customizable IO cache — benchmarks and demo"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one workload through several systems (ucache, mmap, pread, raw O_DIRECT) under the
+    /// same memory budget, interleaved; print a table, write JSON and an SVG plot.
+    Bench(bench::BenchArgs),
+    /// A one-minute comparison with sensible defaults, explained.
+    Demo(demo::DemoArgs),
+    /// One run of one system (used by `bench`; prints one JSON line).
+    #[command(hide = true)]
+    BenchWorker(bench::worker::WorkerArgs),
+}
+
+/// Exit status 2 means a system read wrong data: a correctness failure, not a slow run.
+fn finish(outcome: Result<bench::Outcome, String>) -> ExitCode {
+    match outcome {
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+        Ok(o) if o.mismatches > 0 => {
+            eprintln!(
+                "error: CORRECTNESS FAILURE: {} words read did not hold their offset (see the runs above)",
+                o.mismatches
+            );
+            ExitCode::from(2)
+        }
+        Ok(o) if !o.errors.is_empty() => {
+            eprintln!("error: {} run(s) failed:", o.errors.len());
+            for e in &o.errors {
+                eprintln!("  {e}");
+            }
+            ExitCode::FAILURE
+        }
+        Ok(_) => ExitCode::SUCCESS,
+    }
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Cmd::Bench(args) => finish(bench::run(&args)),
+        Cmd::Demo(args) => finish(demo::run(&args)),
+        Cmd::BenchWorker(args) => match bench::worker::run(&args) {
+            Ok(r) => {
+                println!("{}", serde_json::to_string(&r).expect("serializable"));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

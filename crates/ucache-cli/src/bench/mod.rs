@@ -1,0 +1,482 @@
+//! `ucache bench`: one workload through several systems, interleaved, each run in its own
+//! worker process, with the method of DESIGN.md ("Benchmarks are part of the product").
+//!
+//! The order of steps is what makes numbers from a noisy, shared, host-cached machine
+//! comparable: one fully written data file; one O_DIRECT pass so the host cache holds all of
+//! it; a cold page cache and the same memory budget for every system; systems interleaved
+//! within each rep so drift on the machine hits them all alike; and the CPU taken by other
+//! processes recorded beside every figure.
+
+pub mod cgroup;
+pub mod cpu;
+pub mod datafile;
+pub mod latency;
+pub mod plot;
+pub mod report;
+pub mod system;
+pub mod worker;
+pub mod workload;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use self::cgroup::MemCgroup;
+use self::report::{Report, RunResult};
+use self::system::{StoreKind, SystemKind};
+use self::workload::Workload;
+use crate::size::{format_size, parse_size};
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// lookup: random 8-byte reads, one random buffer per op; seq: a shared cursor sweeps the
+    /// buffers, reading every 4 KiB page of each (the paper's Figure 6).
+    #[arg(value_enum)]
+    pub workload: Workload,
+    /// Size of the data file (suffixes K, M, G, KiB, MiB, GiB are all powers of 1024).
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    pub data: u64,
+    /// Memory budget: ucache's cache size, and the memory cgroup limit of mmap and pread.
+    #[arg(long, default_value = "128MiB", value_parser = parse_size)]
+    pub memory: u64,
+    /// Threads issuing ops (may exceed the core count).
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Buffer size: the unit of caching and IO (a power of two, at least 4KiB).
+    #[arg(long, default_value = "4KiB", value_parser = parse_size)]
+    pub buffer_size: u64,
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Warm-up seconds per run, before measuring.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Repetitions; each rep runs every system once, interleaved.
+    #[arg(long, default_value_t = 2)]
+    pub reps: usize,
+    /// The store under ucache.
+    #[arg(long, value_enum, default_value_t = StoreKind::File)]
+    pub store: StoreKind,
+    /// Data file [default: /var/tmp/ucache-bench-<data>.dat]. Must be on a real disk (not
+    /// tmpfs); created or rewritten if missing, of the wrong size, or not holding the pattern.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Write results as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write an SVG bar chart here [default: the JSON path with .svg, else ./ucache-bench.svg].
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Systems to run, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_parser = SystemKind::parse,
+        default_value = "ucache-explicit,ucache-prefetch,mmap,pread,raw-psync,raw-uring"
+    )]
+    pub systems: Vec<SystemKind>,
+    /// Run mmap and pread without a memory cgroup (they may then cache the whole file).
+    #[arg(long)]
+    pub no_cgroup: bool,
+}
+
+/// What a finished benchmark hands back to `main` and `demo`.
+pub struct Outcome {
+    pub report: Report,
+    /// Runs that failed outright (worker error, timeout).
+    pub errors: Vec<String>,
+    /// Total words that did not hold their offset, over all runs.
+    pub mismatches: u64,
+}
+
+impl BenchArgs {
+    pub fn validate(&self) -> Result<(), String> {
+        let bs = self.buffer_size;
+        if !bs.is_power_of_two() || bs < 4096 {
+            return Err(format!(
+                "--buffer-size {bs}: must be a power of two of at least 4KiB"
+            ));
+        }
+        if self.data < bs || !self.data.is_multiple_of(bs) {
+            return Err(format!(
+                "--data {}: must be a positive multiple of --buffer-size {}",
+                format_size(self.data),
+                format_size(bs)
+            ));
+        }
+        if self.threads == 0 || self.reps == 0 {
+            return Err("--threads and --reps must be at least 1".into());
+        }
+        if self.seconds.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
+            || self.warmup.is_nan()
+            || self.warmup < 0.0
+        {
+            return Err("--seconds must be > 0 and --warmup >= 0".into());
+        }
+        if self.systems.is_empty() {
+            return Err("--systems is empty".into());
+        }
+        Ok(())
+    }
+
+    pub fn data_path(&self) -> PathBuf {
+        self.file.clone().unwrap_or_else(|| {
+            PathBuf::from(format!(
+                "/var/tmp/ucache-bench-{}.dat",
+                format_size(self.data)
+            ))
+        })
+    }
+
+    pub fn plot_path(&self) -> PathBuf {
+        self.plot.clone().unwrap_or_else(|| match &self.json {
+            Some(j) => j.with_extension("svg"),
+            None => PathBuf::from("ucache-bench.svg"),
+        })
+    }
+
+    /// Systems in the order given, each once.
+    fn systems(&self) -> Vec<SystemKind> {
+        let mut out = Vec::new();
+        for &s in &self.systems {
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+        out
+    }
+}
+
+fn bytes_bar(len: u64, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{msg:>22} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// Runs the benchmark: prints the preamble and the table on stdout, writes JSON and plot.
+pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
+    args.validate()?;
+    let systems = args.systems();
+    let path = args.data_path();
+
+    // The data file, and the host cache under it.
+    let pb = bytes_bar(args.data, "checking data file");
+    let info = datafile::ensure(&path, args.data, |done| {
+        pb.set_message("writing data file");
+        pb.set_position(done)
+    })
+    .map_err(|e| format!("data file {}: {e}", path.display()))?;
+    pb.finish_and_clear();
+    if info.created {
+        println!(
+            "data file: wrote {} ({} of the offset pattern; was {})",
+            path.display(),
+            format_size(args.data),
+            info.reason.as_deref().unwrap_or("?")
+        );
+    }
+    let pb = bytes_bar(args.data, "O_DIRECT warm-up read");
+    let warm_bps = datafile::warm_host_cache(&path, |done| pb.set_position(done))
+        .map_err(|e| format!("O_DIRECT read of {}: {e}", path.display()))?;
+    pb.finish_and_clear();
+
+    // The memory cgroup for the page-cache baselines.
+    let wants_cgroup = systems.iter().any(|s| s.uses_page_cache());
+    let (cg, cgroup_status) = if !wants_cgroup {
+        (
+            None,
+            "not needed (no page-cache system selected)".to_string(),
+        )
+    } else if args.no_cgroup {
+        (None, "disabled (--no-cgroup)".to_string())
+    } else {
+        match MemCgroup::create(args.memory) {
+            Ok(cg) => {
+                let s = cg.describe();
+                (Some(cg), s)
+            }
+            Err(why) => (None, format!("unavailable: {why}")),
+        }
+    };
+    let drop_caches_ok = datafile::drop_page_cache(&path, true).unwrap_or(false);
+
+    println!(
+        "ucache bench {}: data {} ({}), memory {}, {} threads, buffer {}, {} s measured + {} s warm-up, {} rep(s), store {}",
+        args.workload.name(),
+        format_size(args.data),
+        path.display(),
+        format_size(args.memory),
+        args.threads,
+        format_size(args.buffer_size),
+        args.seconds,
+        args.warmup,
+        args.reps,
+        args.store.name(),
+    );
+    println!(
+        "host-cache warm-up: read the file with O_DIRECT at {:.0} MB/s",
+        warm_bps / 1e6
+    );
+    println!("cgroup for mmap/pread: {cgroup_status}");
+    if cg.is_none() && wants_cgroup {
+        println!("  -> mmap and pread run WITHOUT a memory limit: they may cache the whole file.");
+    }
+    if !drop_caches_ok {
+        println!(
+            "drop_caches: not permitted; dropping the file's pages with fadvise(DONTNEED) only"
+        );
+    }
+
+    let config = json!({
+        "workload": args.workload.name(),
+        "systems": systems.iter().map(|s| s.name()).collect::<Vec<_>>(),
+        "data_bytes": args.data,
+        "memory_bytes": args.memory,
+        "threads": args.threads,
+        "buffer_size": args.buffer_size,
+        "seconds": args.seconds,
+        "warmup": args.warmup,
+        "reps": args.reps,
+        "store": args.store.name(),
+        "file": path,
+        "json": args.json,
+        "plot": args.plot_path(),
+        "no_cgroup": args.no_cgroup,
+        "cgroup": cgroup_status,
+        "drop_caches": if drop_caches_ok { "permitted" } else { "not permitted (fadvise DONTNEED only)" },
+        "datafile": {
+            "filesystem": info.filesystem,
+            "created": info.created,
+            "recreate_reason": info.reason,
+        },
+        "warm_read_bytes_per_sec": warm_bps,
+        "machine": {
+            "nproc": cpu::nproc(),
+            "kernel": cpu::kernel_release(),
+            "cpu_model": cpu::cpu_model(),
+        },
+        "method": {
+            "latency_sampling": "1 in 8 ops, log-bucketed histogram (<= 1/16 relative error)",
+            "others_cpu_pct": "CPU of all other processes during the measured interval, % of one core (/proc/stat busy minus the worker's rusage)",
+            "median": "per metric over reps; even counts average the middle two",
+            "raw_uring_queue_depth": system::URING_QUEUE_DEPTH,
+            "prefetch_batch": system::PREFETCH_BATCH,
+            "bytes_per_sec": "ops/s x buffer size",
+        },
+        "started_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+
+    // The runs: for rep { for system { run } }.
+    let total = args.reps * systems.len();
+    let run_ms = ((args.warmup + args.seconds) * 1000.0) as u64 + 500;
+    let pb = ProgressBar::new(total as u64 * run_ms);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "[{elapsed_precise}] [{bar:40}] {percent:>3}% eta {eta} {msg}",
+        )
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    pb.enable_steady_tick(Duration::from_millis(200));
+    let mut runs: Vec<RunResult> = Vec::new();
+    let mut errors = Vec::new();
+    let mut n = 0;
+    for rep in 0..args.reps {
+        for &sys in &systems {
+            pb.set_message(format!(
+                "rep {}/{} {} ({}/{total})",
+                rep + 1,
+                args.reps,
+                sys.name(),
+                n + 1
+            ));
+            let in_cgroup = cg.as_ref().filter(|_| sys.uses_page_cache());
+            // Page-cache systems must start cold; the others do not read through it, but a
+            // drop costs little and keeps the machine's memory state the same for every run.
+            datafile::drop_page_cache(&path, sys.uses_page_cache() && drop_caches_ok).ok();
+            if let Some(cg) = in_cgroup {
+                cg.reset_peak();
+            }
+            let base = n as u64 * run_ms;
+            let res = run_worker(args, sys, &path, in_cgroup.map(|c| c.dir()), |elapsed| {
+                pb.set_position(base + (elapsed.as_millis() as u64).min(run_ms))
+            });
+            n += 1;
+            pb.set_position(n as u64 * run_ms);
+            match res {
+                Ok(mut r) => {
+                    if let Some(cg) = in_cgroup {
+                        r.cgroup_peak_bytes = cg.peak();
+                        r.cgroup_limit_hits = cg.limit_hits();
+                    }
+                    pb.suspend(|| eprintln!("{}", run_line(rep, &r)));
+                    if r.mismatches > 0 {
+                        pb.suspend(|| {
+                            eprintln!(
+                                "!!! CORRECTNESS FAILURE: {} read {} words that did not hold their offset; first: {}",
+                                sys.name(),
+                                r.mismatches,
+                                r.first_mismatch.as_deref().unwrap_or("?")
+                            )
+                        });
+                    }
+                    runs.push(r);
+                }
+                Err(e) => {
+                    let msg = format!("rep {} {}: {e}", rep + 1, sys.name());
+                    pb.suspend(|| eprintln!("run failed: {msg}"));
+                    errors.push(msg);
+                }
+            }
+        }
+    }
+    pb.finish_and_clear();
+    drop(cg);
+
+    let results = report::summarize(&systems, &runs);
+    let mismatches = results.iter().map(|r| r.mismatches).sum();
+    let mut config = config;
+    config["errors"] = json!(errors);
+    let report = Report { config, results };
+
+    println!();
+    print!("{}", report::table(&report.results));
+    let stats = report::cache_stats(&report.results);
+    if !stats.is_empty() {
+        println!();
+        print!("{stats}");
+    }
+    for r in &report.results {
+        if let Some(rep) = r
+            .reps
+            .iter()
+            .find(|x| x.cgroup_peak_bytes.is_some_and(|p| p > args.memory))
+        {
+            println!(
+                "warning: {} peaked at {} bytes in its cgroup, above the {} limit",
+                r.system.name(),
+                rep.cgroup_peak_bytes.unwrap_or(0),
+                args.memory
+            );
+        }
+    }
+    if let Some(j) = &args.json {
+        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(j, text + "\n").map_err(|e| format!("writing {}: {e}", j.display()))?;
+        println!("\nJSON: {}", j.display());
+    }
+    if !report.results.is_empty() {
+        let p = args.plot_path();
+        match plot::write_svg(&p, &report.results) {
+            Ok(()) => println!("plot: {}", p.display()),
+            Err(e) => println!("plot failed: {e}"),
+        }
+    }
+    Ok(Outcome {
+        report,
+        errors,
+        mismatches,
+    })
+}
+
+/// One line per finished run, on stderr, so a log shows progress even without a terminal.
+fn run_line(rep: usize, r: &RunResult) -> String {
+    let cg = match (r.cgroup_peak_bytes, r.cgroup_limit_hits) {
+        (Some(p), Some(h)) => format!(", cgroup peak {} MiB, limit hit {h}x", p >> 20),
+        (Some(p), None) => format!(", cgroup peak {} MiB", p >> 20),
+        _ => String::new(),
+    };
+    format!(
+        "rep {} {:<16} {:>12.0} ops/s  {:>7.2} cpu-µs/op  p99 {:>8.1} µs  others {:>3.0}%{cg}",
+        rep + 1,
+        r.system.name(),
+        r.ops_per_sec,
+        r.cpu_us_per_op,
+        r.latency.p99_us,
+        r.others_cpu_pct
+    )
+}
+
+/// Re-executes this binary as `bench-worker` for one run and parses its JSON line.
+fn run_worker(
+    args: &BenchArgs,
+    sys: SystemKind,
+    path: &Path,
+    cgroup: Option<&Path>,
+    mut tick: impl FnMut(Duration),
+) -> Result<RunResult, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("bench-worker")
+        .args(["--system", sys.name()])
+        .args(["--workload", args.workload.name()])
+        .arg("--file")
+        .arg(path)
+        .args(["--data-bytes", &args.data.to_string()])
+        .args(["--buffer-size", &args.buffer_size.to_string()])
+        .args(["--memory-bytes", &args.memory.to_string()])
+        .args(["--threads", &args.threads.to_string()])
+        .args(["--seconds", &args.seconds.to_string()])
+        .args(["--warmup", &args.warmup.to_string()])
+        .args(["--store", args.store.name()]);
+    if let Some(cg) = cgroup {
+        cmd.arg("--cgroup").arg(cg);
+    }
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("spawning worker: {e}"))?;
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped")));
+    let err = drain(Box::new(child.stderr.take().expect("piped")));
+
+    // Setup (mapping, opening rings) is not measured but must not hang forever either.
+    let limit = Duration::from_secs_f64(args.warmup + args.seconds + 120.0);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
+            break st;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "worker did not finish within {:.0} s; killed",
+                limit.as_secs_f64()
+            ));
+        }
+        tick(start.elapsed());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    if !status.success() {
+        return Err(format!("worker exited with {status}: {}", err.trim()));
+    }
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .ok_or_else(|| format!("worker printed no result; stderr: {}", err.trim()))?;
+    serde_json::from_str(line).map_err(|e| format!("bad worker output ({e}): {line}"))
+}

@@ -1,0 +1,159 @@
+//! The SVG bar chart: median ops/s per system, with each rep as a dot so the spread between
+//! reps (the noise of this machine) is visible next to the differences between systems.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::report::SystemResult;
+use crate::size::format_size;
+
+fn color_of(name: &str) -> RGBColor {
+    match name {
+        "ucache-explicit" => RGBColor(31, 119, 180),
+        "ucache-prefetch" => RGBColor(23, 190, 207),
+        "mmap" => RGBColor(214, 39, 40),
+        "pread" => RGBColor(255, 127, 14),
+        "raw-psync" => RGBColor(127, 127, 127),
+        "raw-uring" => RGBColor(80, 80, 80),
+        _ => RGBColor(148, 103, 189),
+    }
+}
+
+fn human(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2}M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1}k", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+pub fn write_svg(path: &Path, results: &[SystemResult]) -> Result<(), String> {
+    let Some(first) = results.first() else {
+        return Err("no results to plot".into());
+    };
+    let title = format!(
+        "{} — data {}, memory {}, {} threads, buffer {}",
+        first.workload.name(),
+        format_size(first.data_bytes),
+        format_size(first.memory_bytes),
+        first.threads,
+        format_size(first.buffer_size as u64),
+    );
+    let names: Vec<&str> = results.iter().map(|r| r.system.name()).collect();
+    let ymax = results
+        .iter()
+        .flat_map(|r| r.reps.iter().map(|x| x.ops_per_sec).chain([r.ops_per_sec]))
+        .fold(1.0f64, f64::max)
+        * 1.15;
+
+    let width = 160 + 130 * results.len() as u32;
+    let root = SVGBackend::new(path, (width.max(640), 480)).into_drawing_area();
+    let err = |e: DrawingAreaErrorKind<_>| format!("plot {}: {e}", path.display());
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        // A segmented range over 0..k has k+1 segments, so k = len-1 gives one per system.
+        .build_cartesian_2d((0..results.len() - 1).into_segmented(), 0f64..ymax)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .y_max_light_lines(1)
+        .y_desc("ops/s (median of reps; dots: each rep)")
+        .y_label_formatter(&|v| human(*v))
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => names.get(*i).map_or(String::new(), |s| s.to_string()),
+            _ => String::new(),
+        })
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(err)?;
+
+    chart
+        .draw_series(
+            Histogram::vertical(&chart)
+                .margin(18)
+                .style_func(|x, _| match x {
+                    SegmentValue::Exact(i) | SegmentValue::CenterOf(i) => {
+                        color_of(names.get(*i).copied().unwrap_or("")).filled()
+                    }
+                    SegmentValue::Last => BLACK.filled(),
+                })
+                .data(results.iter().enumerate().map(|(i, r)| (i, r.ops_per_sec))),
+        )
+        .map_err(err)?;
+
+    let label =
+        TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom));
+    chart
+        .draw_series(results.iter().enumerate().map(|(i, r)| {
+            let ratio = r
+                .vs_mmap
+                .map_or(String::new(), |x| format!(" ({x:.2}x mmap)"));
+            Text::new(
+                format!("{}{ratio}", human(r.ops_per_sec)),
+                // Above the highest rep's dot, so the label never covers one.
+                (
+                    SegmentValue::CenterOf(i),
+                    r.reps
+                        .iter()
+                        .map(|x| x.ops_per_sec)
+                        .fold(r.ops_per_sec, f64::max)
+                        + ymax * 0.01,
+                ),
+                label.clone(),
+            )
+        }))
+        .map_err(err)?;
+    chart
+        .draw_series(results.iter().enumerate().flat_map(|(i, r)| {
+            r.reps.iter().map(move |x| {
+                Circle::new(
+                    (SegmentValue::CenterOf(i), x.ops_per_sec),
+                    3,
+                    BLACK.filled(),
+                )
+            })
+        }))
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::report::{summarize, RunResult};
+    use crate::bench::system::SystemKind;
+
+    #[test]
+    fn writes_an_svg_with_every_system() {
+        let json = serde_json::json!({
+            "system": "mmap", "workload": "lookup", "threads": 2, "buffer_size": 4096,
+            "data_bytes": 1u64 << 30, "memory_bytes": 128u64 << 20, "seconds": 1.0, "ops": 100,
+            "ops_per_sec": 21000.0, "bytes_per_sec": 1.0, "cpu_us_per_op": 1.0, "cpu_cores": 1.0,
+            "others_cpu_pct": 0.0, "steal_pct": 0.0, "latency_unit": "op", "samples": 1,
+            "mean_us": 1.0, "p50_us": 1.0, "p90_us": 1.0, "p99_us": 1.0, "p999_us": 1.0,
+            "max_us": 1.0, "mismatches": 0
+        });
+        let mmap: RunResult = serde_json::from_value(json).unwrap();
+        let mut psync = mmap.clone();
+        psync.system = SystemKind::RawPsync;
+        psync.ops_per_sec = 23000.0;
+        let results = summarize(&[SystemKind::Mmap, SystemKind::RawPsync], &[mmap, psync]);
+        let path =
+            std::env::temp_dir().join(format!("ucache-plot-test-{}.svg", std::process::id()));
+        write_svg(&path, &results).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.contains("mmap") && svg.contains("raw-psync") && svg.contains("lookup"));
+    }
+}

@@ -1,0 +1,167 @@
+//! The systems a benchmark compares: each one a way of getting a buffer of the data file into
+//! memory so the workload can read it.
+//!
+//! Each lives in its own file and runs inside a worker process of its own, so no system
+//! inherits another's page cache, mappings, or heap.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::worker::ThreadCtx;
+use super::workload::Workload;
+
+pub mod aligned;
+mod mmap;
+mod pread;
+mod raw_psync;
+mod raw_uring;
+mod ucache;
+
+/// Reads raw-uring keeps in flight per thread.
+pub const URING_QUEUE_DEPTH: usize = 32;
+/// Buffers per `ensure_cached_buffers` call in ucache-prefetch: the same as raw-uring's queue
+/// depth, so the two are compared at the same amount of IO in flight.
+pub const PREFETCH_BATCH: usize = 32;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum SystemKind {
+    /// ucache, pinning one buffer per op through a guard (vmcache style).
+    UcacheExplicit,
+    /// ucache, loading 32 random buffers per batch with `ensure_cached_buffers` first.
+    UcachePrefetch,
+    /// The kernel page cache through a shared file mapping, in a memory cgroup.
+    Mmap,
+    /// The kernel page cache through buffered pread, in a memory cgroup.
+    Pread,
+    /// O_DIRECT pread, one request per thread in flight: the device at the same concurrency.
+    RawPsync,
+    /// O_DIRECT reads, 32 in flight per thread on its own io_uring: the device's throughput.
+    RawUring,
+}
+
+impl SystemKind {
+    pub const ALL: [SystemKind; 6] = [
+        SystemKind::UcacheExplicit,
+        SystemKind::UcachePrefetch,
+        SystemKind::Mmap,
+        SystemKind::Pread,
+        SystemKind::RawPsync,
+        SystemKind::RawUring,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SystemKind::UcacheExplicit => "ucache-explicit",
+            SystemKind::UcachePrefetch => "ucache-prefetch",
+            SystemKind::Mmap => "mmap",
+            SystemKind::Pread => "pread",
+            SystemKind::RawPsync => "raw-psync",
+            SystemKind::RawUring => "raw-uring",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<SystemKind, String> {
+        SystemKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s.trim())
+            .ok_or_else(|| {
+                let names: Vec<_> = SystemKind::ALL.iter().map(|k| k.name()).collect();
+                format!("unknown system '{s}' (choose from {})", names.join(", "))
+            })
+    }
+
+    /// The page-cache baselines: only they need the memory cgroup to be held to the budget.
+    pub fn uses_page_cache(self) -> bool {
+        matches!(self, SystemKind::Mmap | SystemKind::Pread)
+    }
+
+    pub fn is_ucache(self) -> bool {
+        matches!(
+            self,
+            SystemKind::UcacheExplicit | SystemKind::UcachePrefetch
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum StoreKind {
+    /// ucache's FileStore with O_DIRECT: synchronous reads, batches run one after another.
+    File,
+    /// ucache's UringStore: batches keep many reads in flight.
+    Uring,
+}
+
+impl StoreKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::File => "file",
+            StoreKind::Uring => "uring",
+        }
+    }
+}
+
+/// Everything a system needs to set itself up.
+#[derive(Clone, Debug)]
+pub struct Params {
+    pub workload: Workload,
+    pub path: PathBuf,
+    pub data_bytes: u64,
+    pub buffer_size: usize,
+    pub memory_bytes: u64,
+    pub threads: usize,
+    pub store: StoreKind,
+}
+
+impl Params {
+    pub fn buffers(&self) -> u64 {
+        self.data_bytes / self.buffer_size as u64
+    }
+}
+
+/// One system, set up and shared by all of a worker's threads.
+pub trait System: Sync {
+    /// Runs ops on the calling thread until `ctx.running()` turns false.
+    fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String>;
+
+    /// Named counters (ucache's hits, misses, evictions); the worker reports how much each grew
+    /// during the measured interval.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
+    /// What one latency sample covers.
+    fn latency_unit(&self) -> &'static str {
+        "op"
+    }
+}
+
+pub fn open(kind: SystemKind, p: &Params) -> Result<Box<dyn System>, String> {
+    let sys: Box<dyn System> = match kind {
+        SystemKind::UcacheExplicit => Box::new(ucache::Ucache::open(p, false)?),
+        SystemKind::UcachePrefetch => Box::new(ucache::Ucache::open(p, true)?),
+        SystemKind::Mmap => Box::new(mmap::Mmap::open(p)?),
+        SystemKind::Pread => Box::new(pread::Pread::open(p)?),
+        SystemKind::RawPsync => Box::new(raw_psync::RawPsync::open(p)?),
+        SystemKind::RawUring => Box::new(raw_uring::RawUring::open(p)?),
+    };
+    Ok(sys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_match_clap() {
+        use clap::ValueEnum;
+        for k in SystemKind::ALL {
+            assert_eq!(SystemKind::parse(k.name()).unwrap(), k);
+            assert_eq!(k.to_possible_value().unwrap().get_name(), k.name());
+            assert_eq!(serde_json::to_value(k).unwrap(), k.name());
+        }
+        assert!(SystemKind::parse("nope").is_err());
+    }
+}

@@ -1,0 +1,51 @@
+//! The page cache through buffered pread: what a program gets that copies buffers out of the
+//! kernel instead of mapping them. Runs inside the memory cgroup, so the kernel's LRU, not the
+//! machine's free memory, decides what stays cached.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
+use super::aligned::AlignedBuf;
+use super::{Params, System};
+use crate::bench::worker::ThreadCtx;
+use crate::bench::workload::Workload;
+
+pub struct Pread {
+    file: File,
+}
+
+impl Pread {
+    pub fn open(p: &Params) -> Result<Self, String> {
+        let file = File::open(&p.path).map_err(|e| format!("open {}: {e}", p.path.display()))?;
+        // Same as mmap: no readahead for random lookups, the kernel default for scans.
+        if p.workload == Workload::Lookup {
+            // SAFETY: advisory call on a valid fd.
+            unsafe {
+                libc::posix_fadvise(
+                    std::os::fd::AsRawFd::as_raw_fd(&file),
+                    0,
+                    0,
+                    libc::POSIX_FADV_RANDOM,
+                )
+            };
+        }
+        Ok(Pread { file })
+    }
+}
+
+impl System for Pread {
+    fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
+        let bs = ctx.params().buffer_size;
+        let mut buf = AlignedBuf::new(bs);
+        while ctx.running() {
+            let t = ctx.sample();
+            let idx = ctx.next_index();
+            self.file
+                .read_exact_at(&mut buf, idx * bs as u64)
+                .map_err(|e| format!("pread: {e}"))?;
+            ctx.touch(&buf, idx);
+            ctx.done(1, t);
+        }
+        Ok(())
+    }
+}

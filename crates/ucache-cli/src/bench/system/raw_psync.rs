@@ -1,0 +1,41 @@
+//! The device at the benchmark's own concurrency: each thread has one O_DIRECT read in flight,
+//! so nothing can beat this on misses without keeping more requests in flight.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+
+use super::aligned::AlignedBuf;
+use super::{Params, System};
+use crate::bench::worker::ThreadCtx;
+
+pub struct RawPsync {
+    file: File,
+}
+
+impl RawPsync {
+    pub fn open(p: &Params) -> Result<Self, String> {
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&p.path)
+            .map_err(|e| format!("open {} O_DIRECT: {e}", p.path.display()))?;
+        Ok(RawPsync { file })
+    }
+}
+
+impl System for RawPsync {
+    fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
+        let bs = ctx.params().buffer_size;
+        let mut buf = AlignedBuf::new(bs);
+        while ctx.running() {
+            let t = ctx.sample();
+            let idx = ctx.next_index();
+            self.file
+                .read_exact_at(&mut buf, idx * bs as u64)
+                .map_err(|e| format!("pread: {e}"))?;
+            ctx.touch(&buf, idx);
+            ctx.done(1, t);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,116 @@
+//! The device's throughput: each thread keeps 32 O_DIRECT reads in flight on its own io_uring.
+//! This is the ceiling ucache-prefetch aims at, since batched loading is its way past the
+//! one-request-per-thread limit of raw-psync.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::time::Instant;
+
+use io_uring::{opcode, types, IoUring};
+
+use super::aligned::AlignedBuf;
+use super::{Params, System, URING_QUEUE_DEPTH as QUEUE_DEPTH};
+use crate::bench::worker::ThreadCtx;
+
+pub struct RawUring {
+    file: File,
+}
+
+impl RawUring {
+    pub fn open(p: &Params) -> Result<Self, String> {
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&p.path)
+            .map_err(|e| format!("open {} O_DIRECT: {e}", p.path.display()))?;
+        Ok(RawUring { file })
+    }
+}
+
+struct Slot {
+    buf: AlignedBuf,
+    index: u64,
+    started: Option<Instant>,
+}
+
+impl System for RawUring {
+    fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
+        let bs = ctx.params().buffer_size;
+        let mut ring =
+            IoUring::new(QUEUE_DEPTH as u32).map_err(|e| format!("io_uring_setup: {e}"))?;
+        let fd = types::Fd(self.file.as_raw_fd());
+        let mut slots: Vec<Slot> = (0..QUEUE_DEPTH)
+            .map(|_| Slot {
+                buf: AlignedBuf::new(bs),
+                index: 0,
+                started: None,
+            })
+            .collect();
+        let mut done: Vec<(usize, i32)> = Vec::with_capacity(QUEUE_DEPTH);
+        let mut in_flight = 0usize;
+        let mut error = None;
+
+        let submit = |ctx: &mut ThreadCtx, ring: &mut IoUring, slot: usize, s: &mut Slot| {
+            s.index = ctx.next_index();
+            s.started = ctx.sample();
+            let sqe = opcode::Read::new(fd, s.buf.as_mut_ptr(), bs as u32)
+                .offset(s.index * bs as u64)
+                .build()
+                .user_data(slot as u64);
+            // SAFETY: the slot's buffer stays alive and untouched until its completion is reaped,
+            // and the loop below never returns while reads are in flight.
+            unsafe {
+                ring.submission()
+                    .push(&sqe)
+                    .expect("ring has a free entry per slot")
+            };
+        };
+
+        for (i, s) in slots.iter_mut().enumerate() {
+            submit(ctx, &mut ring, i, s);
+            in_flight += 1;
+        }
+        while in_flight > 0 {
+            if let Err(e) = ring.submit_and_wait(1) {
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                // The kernel may still be writing into our buffers: waiting is impossible, so
+                // leaking them is the only safe way out.
+                std::mem::forget(slots);
+                return Err(format!("io_uring_enter: {e}"));
+            }
+            done.clear();
+            done.extend(
+                ring.completion()
+                    .map(|c| (c.user_data() as usize, c.result())),
+            );
+            for &(slot, res) in &done {
+                in_flight -= 1;
+                let s = &mut slots[slot];
+                if res < 0 || res as usize != bs {
+                    error.get_or_insert_with(|| {
+                        format!(
+                            "read of buffer {}: {}",
+                            s.index,
+                            if res < 0 {
+                                std::io::Error::from_raw_os_error(-res).to_string()
+                            } else {
+                                format!("short read {res} of {bs}")
+                            }
+                        )
+                    });
+                    continue;
+                }
+                ctx.touch(&s.buf, s.index);
+                ctx.done(1, s.started);
+                if ctx.running() && error.is_none() {
+                    submit(ctx, &mut ring, slot, s);
+                    in_flight += 1;
+                }
+            }
+        }
+        error.map_or(Ok(()), Err)
+    }
+}

@@ -1,0 +1,106 @@
+//! ucache itself, in explicit mode: pinning buffers through guards, no faults involved.
+//!
+//! Two ways of driving it:
+//! - explicit: one `pin_shared` per op, so a miss is one synchronous load, comparable with
+//!   raw-psync at the same thread count;
+//! - prefetch: `ensure_cached_buffers` on 32 indices first, so the store can keep many loads
+//!   in flight, comparable with raw-uring.
+
+use std::sync::Arc;
+
+use ucache::store::{FileStore, Store, UringOptions, UringStore};
+use ucache::{Cache, CacheOptions, MapOptions, Mapping};
+
+use super::{Params, StoreKind, System, PREFETCH_BATCH as BATCH};
+use crate::bench::worker::ThreadCtx;
+
+pub struct Ucache {
+    cache: Cache,
+    map: Mapping,
+    prefetch: bool,
+}
+
+impl Ucache {
+    pub fn open(p: &Params, prefetch: bool) -> Result<Self, String> {
+        let cache = Cache::new(CacheOptions::new(p.memory_bytes))
+            .map_err(|e| format!("Cache::new: {e}"))?;
+        let store: Arc<dyn Store> = match p.store {
+            StoreKind::File => Arc::new(FileStore::direct()),
+            StoreKind::Uring => Arc::new(
+                UringStore::new(UringOptions::default())
+                    .map_err(|e| format!("UringStore::new: {e}"))?,
+            ),
+        };
+        let path = p.path.to_str().ok_or("data file path is not UTF-8")?;
+        let map = cache
+            .map(store, path, MapOptions::new().buffer_size(p.buffer_size))
+            .map_err(|e| format!("Cache::map: {e}"))?;
+        Ok(Ucache {
+            cache,
+            map,
+            prefetch,
+        })
+    }
+
+    fn explicit(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
+        while ctx.running() {
+            let t = ctx.sample();
+            let idx = ctx.next_index();
+            let g = self
+                .map
+                .pin_shared(idx)
+                .map_err(|e| format!("pin_shared({idx}): {e}"))?;
+            ctx.touch(&g[..], idx);
+            drop(g);
+            ctx.done(1, t);
+        }
+        Ok(())
+    }
+
+    fn prefetch(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
+        let mut indices = [0u64; BATCH];
+        while ctx.running() {
+            let t = ctx.sample();
+            ctx.next_indices(&mut indices);
+            self.map
+                .ensure_cached_buffers(&indices)
+                .map_err(|e| format!("ensure_cached_buffers: {e}"))?;
+            for &idx in &indices {
+                let g = self
+                    .map
+                    .pin_shared(idx)
+                    .map_err(|e| format!("pin_shared({idx}): {e}"))?;
+                ctx.touch(&g[..], idx);
+            }
+            ctx.done(BATCH as u64, t);
+        }
+        Ok(())
+    }
+}
+
+impl System for Ucache {
+    fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
+        if self.prefetch {
+            self.prefetch(ctx)
+        } else {
+            self.explicit(ctx)
+        }
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = self.cache.stats();
+        vec![
+            ("hits", s.hits),
+            ("misses", s.misses),
+            ("evictions", s.evictions),
+        ]
+    }
+
+    fn latency_unit(&self) -> &'static str {
+        if self.prefetch {
+            "batch of 32 ops (ensure_cached_buffers + 32 pins)"
+        } else {
+            "op"
+        }
+    }
+}

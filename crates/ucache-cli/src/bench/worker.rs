@@ -1,0 +1,321 @@
+//! The child process that runs one system for one run and prints its result as a JSON line.
+//!
+//! A process per run keeps systems from seeing each other's page cache, heap and mappings,
+//! lets the kernel baselines sit alone in their memory cgroup, and lets getrusage(SELF) be
+//! exactly the CPU that system spent.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use super::cgroup;
+use super::cpu::{self, MachineCpu};
+use super::latency::Histogram;
+use super::report::RunResult;
+use super::system::{self, Params, StoreKind, SystemKind};
+use super::workload::Workload;
+
+/// The hidden `bench-worker` subcommand's arguments; the parent fills them in.
+#[derive(clap::Args, Clone, Debug)]
+pub struct WorkerArgs {
+    #[arg(long, value_parser = SystemKind::parse)]
+    pub system: SystemKind,
+    #[arg(long, value_enum)]
+    pub workload: Workload,
+    #[arg(long)]
+    pub file: PathBuf,
+    #[arg(long)]
+    pub data_bytes: u64,
+    #[arg(long)]
+    pub buffer_size: usize,
+    #[arg(long)]
+    pub memory_bytes: u64,
+    #[arg(long)]
+    pub threads: usize,
+    #[arg(long)]
+    pub seconds: f64,
+    #[arg(long)]
+    pub warmup: f64,
+    #[arg(long, value_enum)]
+    pub store: StoreKind,
+    /// A cgroup directory to join before touching the data.
+    #[arg(long)]
+    pub cgroup: Option<PathBuf>,
+}
+
+const WARMUP: u8 = 0;
+const MEASURE: u8 = 1;
+const STOP: u8 = 2;
+
+/// Per-thread op counter on its own cache line, so publishing it every op costs nothing.
+#[repr(align(128))]
+#[derive(Default)]
+struct PaddedCounter(AtomicU64);
+
+/// What the threads of one worker share.
+pub struct Shared {
+    phase: AtomicU8,
+    counters: Vec<PaddedCounter>,
+    cursor: AtomicU64,
+    failed: AtomicBool,
+    first_mismatch: Mutex<Option<String>>,
+}
+
+/// One thread's view: its random stream, its counters, its histogram.
+pub struct ThreadCtx<'a> {
+    index: usize,
+    shared: &'a Shared,
+    params: &'a Params,
+    rng: SmallRng,
+    ops: u64,
+    ticks: u64,
+    mismatches: u64,
+    hist: Histogram,
+}
+
+impl<'a> ThreadCtx<'a> {
+    fn new(index: usize, shared: &'a Shared, params: &'a Params) -> Self {
+        let seed = (std::process::id() as u64) << 32
+            ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ Instant::now().elapsed().as_nanos() as u64
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
+        ThreadCtx {
+            index,
+            shared,
+            params,
+            rng: SmallRng::seed_from_u64(seed),
+            ops: 0,
+            ticks: 0,
+            mismatches: 0,
+            hist: Histogram::new(),
+        }
+    }
+
+    pub fn params(&self) -> &Params {
+        self.params
+    }
+
+    #[inline]
+    pub fn running(&self) -> bool {
+        self.shared.phase.load(Ordering::Relaxed) != STOP
+    }
+
+    #[inline]
+    pub fn next_index(&mut self) -> u64 {
+        self.params
+            .workload
+            .next_index(&mut self.rng, &self.shared.cursor, self.params.buffers())
+    }
+
+    pub fn next_indices(&mut self, out: &mut [u64]) {
+        let n = self.params.buffers();
+        self.params
+            .workload
+            .next_indices(&mut self.rng, &self.shared.cursor, n, out)
+    }
+
+    /// A start time for one op in eight while measuring: timing every op would add two clock
+    /// reads to ops that take tens of nanoseconds on a hit.
+    #[inline]
+    pub fn sample(&mut self) -> Option<Instant> {
+        self.ticks = self.ticks.wrapping_add(1);
+        (self.ticks & 7 == 0 && self.shared.phase.load(Ordering::Relaxed) == MEASURE)
+            .then(Instant::now)
+    }
+
+    /// Counts `n` finished ops and records the latency of a sampled one.
+    #[inline]
+    pub fn done(&mut self, n: u64, started: Option<Instant>) {
+        if let Some(t) = started {
+            self.hist.record(t.elapsed().as_nanos() as u64);
+        }
+        self.ops += n;
+        self.shared.counters[self.index]
+            .0
+            .store(self.ops, Ordering::Relaxed);
+    }
+
+    /// Runs the workload's reads on buffer `index`, held in `buf`, and checks them.
+    #[inline]
+    pub fn touch(&mut self, buf: &[u8], index: u64) {
+        let base = index * self.params.buffer_size as u64;
+        let bad = self.params.workload.touch(&mut self.rng, buf, base);
+        if bad != 0 {
+            self.mismatch(index, buf);
+            self.mismatches += bad;
+        }
+    }
+
+    #[cold]
+    fn mismatch(&mut self, index: u64, buf: &[u8]) {
+        let mut first = self.shared.first_mismatch.lock().unwrap();
+        if first.is_none() {
+            let got = u64::from_le_bytes(buf[0..8].try_into().unwrap());
+            *first = Some(format!(
+                "buffer {index} (offset {}): first word holds {got}",
+                index * self.params.buffer_size as u64
+            ));
+        }
+    }
+}
+
+struct Snapshot {
+    at: Instant,
+    ops: u64,
+    own: Duration,
+    machine: MachineCpu,
+    counters: Vec<(&'static str, u64)>,
+}
+
+impl Shared {
+    fn snapshot(&self, sys: &dyn system::System) -> Snapshot {
+        let counters = sys.counters();
+        let ops = self
+            .counters
+            .iter()
+            .map(|c| c.0.load(Ordering::Relaxed))
+            .sum();
+        Snapshot {
+            at: Instant::now(),
+            ops,
+            own: cpu::self_cpu(),
+            machine: MachineCpu::read(),
+            counters,
+        }
+    }
+
+    /// Sleeps for `secs`, waking early if a thread failed.
+    fn sleep(&self, secs: f64) {
+        let end = Instant::now() + Duration::from_secs_f64(secs.max(0.0));
+        while !self.failed.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            std::thread::sleep((end - now).min(Duration::from_millis(50)));
+        }
+    }
+}
+
+/// Runs the worker; the returned error goes to stderr and makes the exit status non-zero.
+pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
+    if let Some(dir) = &args.cgroup {
+        cgroup::join(dir).map_err(|e| format!("joining cgroup: {e}"))?;
+    }
+    let in_cgroup = cgroup::current_memory_cgroup();
+    let params = Params {
+        workload: args.workload,
+        path: args.file.clone(),
+        data_bytes: args.data_bytes,
+        buffer_size: args.buffer_size,
+        memory_bytes: args.memory_bytes,
+        threads: args.threads.max(1),
+        store: args.store,
+    };
+    let sys = system::open(args.system, &params)?;
+    let shared = Shared {
+        phase: AtomicU8::new(WARMUP),
+        counters: (0..params.threads)
+            .map(|_| PaddedCounter::default())
+            .collect(),
+        cursor: AtomicU64::new(0),
+        failed: AtomicBool::new(false),
+        first_mismatch: Mutex::new(None),
+    };
+
+    let sys_ref: &dyn system::System = sys.as_ref();
+    let (before, after, outcomes) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..params.threads)
+            .map(|i| {
+                let (shared, params) = (&shared, &params);
+                std::thread::Builder::new()
+                    .name(format!("bench-{i}"))
+                    .spawn_scoped(s, move || {
+                        let mut ctx = ThreadCtx::new(i, shared, params);
+                        let r = sys_ref.run_thread(&mut ctx);
+                        if r.is_err() {
+                            shared.failed.store(true, Ordering::Relaxed);
+                        }
+                        (r, ctx.hist, ctx.mismatches)
+                    })
+                    .expect("spawn bench thread")
+            })
+            .collect();
+        shared.sleep(args.warmup);
+        let before = shared.snapshot(sys_ref);
+        shared.phase.store(MEASURE, Ordering::Relaxed);
+        shared.sleep(args.seconds);
+        let after = shared.snapshot(sys_ref);
+        shared.phase.store(STOP, Ordering::Relaxed);
+        let outcomes: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread panicked"))
+            .collect();
+        (before, after, outcomes)
+    });
+
+    let mut hist = Histogram::new();
+    let mut mismatches = 0;
+    for (r, h, m) in &outcomes {
+        r.as_ref()
+            .map_err(|e| format!("{}: {e}", args.system.name()))?;
+        hist.merge(h);
+        mismatches += m;
+    }
+
+    let wall = after.at - before.at;
+    let ops = after.ops - before.ops;
+    let own = after.own.saturating_sub(before.own);
+    let (others_cpu_pct, steal_pct) = cpu::others_cpu_pct(before.machine, after.machine, own, wall);
+    let secs = wall.as_secs_f64();
+    let ops_per_sec = ops as f64 / secs;
+    let counters: BTreeMap<String, u64> = after
+        .counters
+        .iter()
+        .map(|&(k, v)| {
+            let b = before.counters.iter().find(|c| c.0 == k).map_or(0, |c| c.1);
+            (k.to_string(), v.saturating_sub(b))
+        })
+        .collect();
+    let first_mismatch = shared.first_mismatch.lock().unwrap().clone();
+    Ok(RunResult {
+        system: args.system,
+        workload: args.workload,
+        threads: params.threads,
+        buffer_size: params.buffer_size,
+        data_bytes: params.data_bytes,
+        memory_bytes: params.memory_bytes,
+        store: args
+            .system
+            .is_ucache()
+            .then(|| args.store.name().to_string()),
+        seconds: secs,
+        ops,
+        ops_per_sec,
+        bytes_per_sec: ops_per_sec * params.buffer_size as f64,
+        cpu_us_per_op: if ops == 0 {
+            0.0
+        } else {
+            own.as_secs_f64() * 1e6 / ops as f64
+        },
+        cpu_cores: own.as_secs_f64() / secs,
+        others_cpu_pct,
+        steal_pct,
+        latency_unit: sys.latency_unit().to_string(),
+        latency: hist.summary(),
+        mismatches,
+        first_mismatch,
+        counters,
+        cgroup: in_cgroup,
+        cgroup_peak_bytes: None,
+        cgroup_limit_hits: None,
+    })
+}
