@@ -178,6 +178,16 @@ fn remove_stale(version: Version) {
     }
 }
 
+/// Memory the group at `dir` holds now, in bytes.
+pub fn usage(dir: &Path) -> Option<u64> {
+    ["memory.usage_in_bytes", "memory.current"]
+        .iter()
+        .find_map(|f| fs::read_to_string(dir.join(f)).ok())?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Moves the calling process (all its threads) into the group at `dir`.
 pub fn join(dir: &Path) -> io::Result<()> {
     write(&dir.join("cgroup.procs"), &std::process::id().to_string())

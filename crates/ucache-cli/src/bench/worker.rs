@@ -205,6 +205,24 @@ impl Shared {
     }
 }
 
+/// Longest extra warm-up spent waiting for a cache to fill.
+const MAX_FILL: Duration = Duration::from_secs(120);
+
+/// Extends the warm-up until the system's cache is full: ucache's budget, or the cgroup's
+/// limit for the page-cache systems (or the whole file, if it is smaller). Steady state out of
+/// memory means every miss also evicts.
+fn warm_until_full(shared: &Shared, sys: &dyn system::System, args: &WorkerArgs) {
+    let target = args.memory_bytes.min(args.data_bytes) / 100 * 95;
+    let full = || match &args.cgroup {
+        Some(dir) => cgroup::usage(dir).is_none_or(|u| u >= target),
+        None => sys.warm(),
+    };
+    let end = Instant::now() + MAX_FILL;
+    while !full() && Instant::now() < end && !shared.failed.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Runs the worker; the returned error goes to stderr and makes the exit status non-zero.
 pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
     if let Some(dir) = &args.cgroup {
@@ -250,6 +268,7 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
             })
             .collect();
         shared.sleep(args.warmup);
+        warm_until_full(&shared, sys_ref, args);
         let before = shared.snapshot(sys_ref);
         shared.phase.store(MEASURE, Ordering::Relaxed);
         shared.sleep(args.seconds);

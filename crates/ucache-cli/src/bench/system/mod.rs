@@ -132,6 +132,13 @@ pub trait System: Sync {
         Vec::new()
     }
 
+    /// Whether the system's own cache is full (or holds all the data), so that measuring now
+    /// sees steady state: with a large budget, filling it takes seconds, and misses without
+    /// evictions would flatter the result.
+    fn warm(&self) -> bool {
+        true
+    }
+
     /// What one latency sample covers.
     fn latency_unit(&self) -> &'static str {
         "op"

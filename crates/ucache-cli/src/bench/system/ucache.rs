@@ -42,6 +42,11 @@ impl Ucache {
         })
     }
 
+    fn is_full(&self) -> bool {
+        let slack = ucache::DEFAULT_BATCH as u64 * self.map.buffer_size() as u64;
+        self.cache.used() + slack >= self.cache.budget().min(self.map.len())
+    }
+
     fn explicit(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
         while ctx.running() {
             let t = ctx.sample();
@@ -94,6 +99,10 @@ impl System for Ucache {
             ("misses", s.misses),
             ("evictions", s.evictions),
         ]
+    }
+
+    fn warm(&self) -> bool {
+        self.is_full()
     }
 
     fn latency_unit(&self) -> &'static str {
