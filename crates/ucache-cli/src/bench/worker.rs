@@ -154,6 +154,25 @@ impl<'a> ThreadCtx<'a> {
         }
     }
 
+    /// For readers that cannot lend a slice (optimistic reads): a random 8-byte-aligned offset
+    /// inside a buffer, to read with [`ThreadCtx::check_word`].
+    #[inline]
+    pub fn pick_word(&mut self) -> usize {
+        use rand::Rng;
+        self.rng.gen_range(0..self.params.buffer_size / 8) * 8
+    }
+
+    /// Checks the word read at byte `at` of buffer `index`.
+    #[inline]
+    pub fn check_word(&mut self, index: u64, at: usize, value: u64) {
+        let off = index * self.params.buffer_size as u64 + at as u64;
+        if value != crate::bench::datafile::expected_word(off) {
+            self.mismatches += 1;
+            let mut first = self.shared.first_mismatch.lock().unwrap();
+            first.get_or_insert_with(|| format!("offset {off}: word holds {value}"));
+        }
+    }
+
     #[cold]
     fn mismatch(&mut self, index: u64, buf: &[u8]) {
         let mut first = self.shared.first_mismatch.lock().unwrap();

@@ -12,6 +12,7 @@ use super::worker::ThreadCtx;
 use super::workload::Workload;
 
 pub mod aligned;
+mod array;
 mod mmap;
 mod pread;
 mod raw_psync;
@@ -31,6 +32,12 @@ pub enum SystemKind {
     UcacheExplicit,
     /// ucache, loading 32 random buffers per batch with `ensure_cached_buffers` first.
     UcachePrefetch,
+    /// ucache, reading without pins: `read_optimistic`, validated by the buffer's version
+    /// (lookups only; a miss takes a pin to load the buffer).
+    UcacheOptimistic,
+    /// The whole file copied into an anonymous array first: the in-memory upper bound (only
+    /// meaningful when the data fits in the budget).
+    Array,
     /// The kernel page cache through a shared file mapping, in a memory cgroup.
     Mmap,
     /// The kernel page cache through buffered pread, in a memory cgroup.
@@ -42,9 +49,11 @@ pub enum SystemKind {
 }
 
 impl SystemKind {
-    pub const ALL: [SystemKind; 6] = [
+    pub const ALL: [SystemKind; 8] = [
         SystemKind::UcacheExplicit,
         SystemKind::UcachePrefetch,
+        SystemKind::UcacheOptimistic,
+        SystemKind::Array,
         SystemKind::Mmap,
         SystemKind::Pread,
         SystemKind::RawPsync,
@@ -55,6 +64,8 @@ impl SystemKind {
         match self {
             SystemKind::UcacheExplicit => "ucache-explicit",
             SystemKind::UcachePrefetch => "ucache-prefetch",
+            SystemKind::UcacheOptimistic => "ucache-optimistic",
+            SystemKind::Array => "array",
             SystemKind::Mmap => "mmap",
             SystemKind::Pread => "pread",
             SystemKind::RawPsync => "raw-psync",
@@ -80,7 +91,7 @@ impl SystemKind {
     pub fn is_ucache(self) -> bool {
         matches!(
             self,
-            SystemKind::UcacheExplicit | SystemKind::UcachePrefetch
+            SystemKind::UcacheExplicit | SystemKind::UcachePrefetch | SystemKind::UcacheOptimistic
         )
     }
 }
@@ -147,8 +158,12 @@ pub trait System: Sync {
 
 pub fn open(kind: SystemKind, p: &Params) -> Result<Box<dyn System>, String> {
     let sys: Box<dyn System> = match kind {
-        SystemKind::UcacheExplicit => Box::new(ucache::Ucache::open(p, false)?),
-        SystemKind::UcachePrefetch => Box::new(ucache::Ucache::open(p, true)?),
+        SystemKind::UcacheExplicit => Box::new(ucache::Ucache::open(p, ucache::Mode::Explicit)?),
+        SystemKind::UcachePrefetch => Box::new(ucache::Ucache::open(p, ucache::Mode::Prefetch)?),
+        SystemKind::UcacheOptimistic => {
+            Box::new(ucache::Ucache::open(p, ucache::Mode::Optimistic)?)
+        }
+        SystemKind::Array => Box::new(array::Array::open(p)?),
         SystemKind::Mmap => Box::new(mmap::Mmap::open(p)?),
         SystemKind::Pread => Box::new(pread::Pread::open(p)?),
         SystemKind::RawPsync => Box::new(raw_psync::RawPsync::open(p)?),

@@ -13,15 +13,24 @@ use ucache::{Cache, CacheOptions, MapOptions, Mapping};
 
 use super::{Params, StoreKind, System, PREFETCH_BATCH as BATCH};
 use crate::bench::worker::ThreadCtx;
+use crate::bench::workload::Workload;
+
+/// How the workload drives the mapping.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Explicit,
+    Prefetch,
+    Optimistic,
+}
 
 pub struct Ucache {
     cache: Cache,
     map: Mapping,
-    prefetch: bool,
+    mode: Mode,
 }
 
 impl Ucache {
-    pub fn open(p: &Params, prefetch: bool) -> Result<Self, String> {
+    pub fn open(p: &Params, mode: Mode) -> Result<Self, String> {
         let cache = Cache::new(CacheOptions::new(p.memory_bytes))
             .map_err(|e| format!("Cache::new: {e}"))?;
         let store: Arc<dyn Store> = match p.store {
@@ -35,11 +44,7 @@ impl Ucache {
         let map = cache
             .map(store, path, MapOptions::new().buffer_size(p.buffer_size))
             .map_err(|e| format!("Cache::map: {e}"))?;
-        Ok(Ucache {
-            cache,
-            map,
-            prefetch,
-        })
+        Ok(Ucache { cache, map, mode })
     }
 
     fn is_full(&self) -> bool {
@@ -57,6 +62,24 @@ impl Ucache {
                 .map_err(|e| format!("pin_shared({idx}): {e}"))?;
             ctx.touch(&g[..], idx);
             drop(g);
+            ctx.done(1, t);
+        }
+        Ok(())
+    }
+
+    fn optimistic(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
+        if ctx.params().workload != Workload::Lookup {
+            return self.explicit(ctx);
+        }
+        while ctx.running() {
+            let t = ctx.sample();
+            let idx = ctx.next_index();
+            let at = ctx.pick_word();
+            let v = self
+                .map
+                .read_optimistic(idx, |view| view.read_u64(at))
+                .map_err(|e| format!("read_optimistic({idx}): {e}"))?;
+            ctx.check_word(idx, at, v);
             ctx.done(1, t);
         }
         Ok(())
@@ -85,10 +108,10 @@ impl Ucache {
 
 impl System for Ucache {
     fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
-        if self.prefetch {
-            self.prefetch(ctx)
-        } else {
-            self.explicit(ctx)
+        match self.mode {
+            Mode::Explicit => self.explicit(ctx),
+            Mode::Prefetch => self.prefetch(ctx),
+            Mode::Optimistic => self.optimistic(ctx),
         }
     }
 
@@ -106,7 +129,7 @@ impl System for Ucache {
     }
 
     fn latency_unit(&self) -> &'static str {
-        if self.prefetch {
+        if self.mode == Mode::Prefetch {
             "batch of 32 ops (ensure_cached_buffers + 32 pins)"
         } else {
             "op"
