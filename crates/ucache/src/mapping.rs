@@ -491,6 +491,7 @@ impl MappingCore {
         let s = self.slot(i)?;
         let ptr = self.region.at((i << self.shift) as usize);
         let valid = self.valid(i);
+        let mut loaded = false;
         loop {
             let w = s.load();
             if w.phase() == Phase::Cached && !w.exclusive() {
@@ -501,13 +502,17 @@ impl MappingCore {
                 crate::sync::fence(Ordering::Acquire);
                 let v = s.load();
                 if v.phase() == Phase::Cached && !v.exclusive() && v.version() == w.version() {
-                    self.stats().add(Counter::Hits, 1);
+                    if !loaded {
+                        self.stats().add(Counter::Hits, 1);
+                    }
                     return Ok(r);
                 }
                 continue;
             }
-            // Not readable optimistically: load it (or wait for the writer) with a pin.
+            // Not readable optimistically: load it (or wait for the writer) with a pin, which
+            // counts the access as a miss or a hit itself.
             drop(self.pin_shared(i)?);
+            loaded = true;
         }
     }
 
