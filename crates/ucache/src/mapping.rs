@@ -26,7 +26,7 @@ use crate::cache::CacheCore;
 use crate::error::{Error, Result};
 use crate::guard::{ExclusiveGuard, OptimisticView, SharedGuard};
 use crate::io_worker::Job;
-use crate::policy::{Buffers, Clock, Layout, Policy};
+use crate::policy::{Buffers, Clock, Guarded, Layout, Policy};
 use crate::region::Region;
 use crate::state::{BufferState, Phase, Pin, Word};
 use crate::stats::Counter;
@@ -114,7 +114,7 @@ pub(crate) struct MappingCore {
     shift: u32,
     region: Region,
     states: Box<[BufferState]>,
-    policy: Box<dyn Policy>,
+    policy: Guarded,
     policy_hits: bool,
     prefetching: bool,
     writable: bool,
@@ -197,12 +197,14 @@ impl MappingCore {
             .map(|_| BufferState::new())
             .collect::<Vec<_>>()
             .into_boxed_slice();
-        let mut policy = o.policy.unwrap_or_else(|| Box::new(Clock::new()));
-        policy.attach(Layout {
-            buffers: nbuf,
-            capacity: (cache.budget_bytes() / bs as u64).max(1),
-            buffer_size: bs,
-        });
+        let policy = Guarded::new(
+            o.policy.unwrap_or_else(|| Box::new(Clock::new())),
+            Layout {
+                buffers: nbuf,
+                capacity: (cache.budget_bytes() / bs as u64).max(1),
+                buffer_size: bs,
+            },
+        );
         Ok(MappingCore {
             id,
             policy_hits: policy.wants_hits(),
@@ -774,12 +776,19 @@ impl MappingCore {
 
     // ---- eviction ---------------------------------------------------------------------------
 
-    /// Asks the policy for up to `want` victims and evicts those that validate.
+    /// Asks the policy for up to `want` victims and evicts those that validate; if none do,
+    /// the manager's own sweep picks the victims instead.
     pub(crate) fn evict_some(&self, want: usize) -> u64 {
         let mut cands = Vec::with_capacity(want);
+        let buffers = Buffers::new(&self.states);
         self.policy
-            .choose_eviction_buffers(&Buffers::new(&self.states), want, &mut cands);
-        cands.retain(|&i| i < self.buffers());
+            .choose_eviction_buffers(&buffers, want, &mut cands);
+        let n = self.evict_indices(&cands, false).0;
+        if n > 0 {
+            return n;
+        }
+        cands.clear();
+        self.policy.fallback_victims(&buffers, want, &mut cands);
         self.evict_indices(&cands, false).0
     }
 

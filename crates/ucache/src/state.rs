@@ -317,6 +317,13 @@ impl BufferState {
         }
     }
 
+    /// Replaces the word without a CAS. Only for an owner no other thread can race with (the
+    /// single-threaded policy simulator); everything shared goes through [`BufferState::cas`].
+    #[inline]
+    pub(crate) fn store_exclusive(&self, w: Word) {
+        self.0.store(w.0, Ordering::Relaxed);
+    }
+
     /// The hit path's shared pin: one atomic add instead of a load + CAS. An add that finds
     /// the buffer not pinnable (not cached, locked, or near the pin limit) is undone at once;
     /// meanwhile the transient pin only makes other transitions (claims, exclusive pins) fail or

@@ -14,12 +14,20 @@
 use crate::state::{BufferState, Word};
 
 mod clock;
+mod fallback;
 mod global;
+mod guarded;
+mod hint;
 mod resident;
+mod simulator;
 
 pub use clock::Clock;
+pub use fallback::Fallback;
 pub use global::{MappingUsage, ProportionalGlobal};
+pub use guarded::Guarded;
+pub use hint::Hint;
 pub use resident::ResidentSet;
+pub use simulator::{SimStats, Simulator};
 
 /// The shape of the mapping a policy is attached to.
 #[derive(Clone, Copy, Debug)]
@@ -41,6 +49,18 @@ pub struct Buffers<'a> {
 impl<'a> Buffers<'a> {
     pub(crate) fn new(states: &'a [BufferState]) -> Self {
         Buffers { states }
+    }
+
+    /// Number of buffers in the mapping.
+    #[inline]
+    pub fn len(&self) -> u64 {
+        self.states.len() as u64
+    }
+
+    /// Whether the mapping has no buffers.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.states.is_empty()
     }
 
     /// The current state word of buffer `index`.

@@ -1,0 +1,56 @@
+//! The manager's own victim search, used when a policy proposes too few buffers.
+//!
+//! A policy only proposes (cache_ext's safety rule): a policy that proposes nothing, proposes
+//! buffers that are pinned or gone, or panics must still not stop the cache from freeing
+//! memory. This sweep needs no policy state, only the state words, so it works whatever the
+//! policy did. It is a plain CLOCK over the whole mapping, bounded per call, so a broken
+//! policy costs throughput, never progress or correctness.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::Buffers;
+use crate::state::Phase;
+
+/// Slots examined per wanted victim before giving up for this call.
+const SWEEP_PER_VICTIM: u64 = 64;
+/// Slots examined per call at least, so a mapping that is mostly evicted still yields victims.
+const MIN_SWEEP: u64 = 4096;
+
+#[derive(Default)]
+pub struct Fallback {
+    hand: AtomicU64,
+}
+
+impl Fallback {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends up to `want` cached, idle, unreferenced buffers to `out`, clearing referenced
+    /// bits as it passes (second chance), and sweeping at most a bounded number of slots.
+    pub fn victims(&self, buffers: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
+        let n = buffers.len();
+        if n == 0 || want == 0 {
+            return;
+        }
+        let start = out.len();
+        let limit = (want as u64 * SWEEP_PER_VICTIM).max(MIN_SWEEP).min(2 * n);
+        let mut seen = 0;
+        while seen < limit && out.len() - start < want {
+            let step = 64.min(limit - seen);
+            let from = self.hand.fetch_add(step, Ordering::Relaxed);
+            for k in from..from + step {
+                let i = k % n;
+                let w = buffers.state(i);
+                if w.phase() == Phase::Cached
+                    && w.idle()
+                    && !buffers.test_and_clear_referenced(i)
+                    && out.len() - start < want
+                {
+                    out.push(i);
+                }
+            }
+            seen += step;
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The manager's side of the policy contract: every hook call goes through here.
+//!
+//! cache_ext lets untrusted eBPF policies run inside the kernel because the kernel validates
+//! what they propose and falls back to its own policy; ucache gives application policies the
+//! same footing. A policy's proposals are topped up by the [`Fallback`] sweep when they are too
+//! few, and a policy that panics is switched off for the rest of the mapping's life (its own
+//! structures may be half-updated) while the cache goes on with the fallback. A panic therefore
+//! never unwinds through the buffer protocol, where it could strand a buffer mid-transition.
+//! This relies on unwinding: under `panic = "abort"` a policy panic aborts the process.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::{Buffers, Fallback, Layout, Policy};
+
+pub struct Guarded {
+    policy: Box<dyn Policy>,
+    broken: AtomicBool,
+    fallback: Fallback,
+    wants_hits: bool,
+    has_prefetching: bool,
+}
+
+impl Guarded {
+    /// Attaches `policy` to a mapping of this layout.
+    pub fn new(mut policy: Box<dyn Policy>, layout: Layout) -> Self {
+        let attached = catch_unwind(AssertUnwindSafe(|| {
+            policy.attach(layout);
+            (policy.wants_hits(), policy.has_prefetching())
+        }));
+        let (wants_hits, has_prefetching, broken) = match attached {
+            Ok((h, p)) => (h, p, false),
+            Err(_) => (false, false, true),
+        };
+        Guarded {
+            policy,
+            broken: AtomicBool::new(broken),
+            fallback: Fallback::new(),
+            wants_hits,
+            has_prefetching,
+        }
+    }
+
+    #[inline]
+    fn call<R>(&self, default: R, f: impl FnOnce(&dyn Policy) -> R) -> R {
+        if self.broken.load(Ordering::Relaxed) {
+            return default;
+        }
+        match catch_unwind(AssertUnwindSafe(|| f(&*self.policy))) {
+            Ok(r) => r,
+            Err(_) => {
+                self.broken.store(true, Ordering::Relaxed);
+                default
+            }
+        }
+    }
+
+    /// The policy's name; "fallback" once it has been switched off.
+    pub fn name(&self) -> &str {
+        if self.is_broken() {
+            "fallback"
+        } else {
+            self.policy.name()
+        }
+    }
+
+    /// Whether the policy panicked and the manager is running on its fallback.
+    pub fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Relaxed)
+    }
+
+    /// The policy itself (for callers that downcast to a known policy through their own
+    /// handle; the manager only uses the hooks).
+    pub fn policy(&self) -> &dyn Policy {
+        &*self.policy
+    }
+
+    /// Fills `out` with up to `want` victims: the policy's proposals, topped up by the fallback
+    /// when it proposes fewer. Candidates are still only candidates; the caller validates them.
+    /// Returns how many of the appended candidates (the first ones) came from the policy.
+    pub fn choose_eviction_buffers(
+        &self,
+        buffers: &Buffers<'_>,
+        want: usize,
+        out: &mut Vec<u64>,
+    ) -> usize {
+        let start = out.len();
+        self.call((), |p| p.choose_eviction_buffers(buffers, want, out));
+        if self.is_broken() {
+            out.truncate(start);
+        }
+        out.retain(|&i| i < buffers.len());
+        let got = out.len() - start;
+        if got < want {
+            self.fallback.victims(buffers, want - got, out);
+        }
+        got
+    }
+
+    /// The fallback alone: for when none of the proposals validated.
+    pub fn fallback_victims(&self, buffers: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
+        self.fallback.victims(buffers, want, out);
+    }
+
+    #[inline]
+    pub fn is_evictable(&self, index: u64) -> bool {
+        self.call(true, |p| p.is_evictable(index))
+    }
+
+    #[inline]
+    pub fn wants_hits(&self) -> bool {
+        self.wants_hits
+    }
+
+    #[inline]
+    pub fn has_prefetching(&self) -> bool {
+        self.has_prefetching
+    }
+
+    pub fn choose_prefetch_buffers(&self, index: u64, out: &mut Vec<u64>) {
+        let start = out.len();
+        self.call((), |p| p.choose_prefetch_buffers(index, out));
+        if self.is_broken() {
+            out.truncate(start);
+        }
+    }
+
+    #[inline]
+    pub fn on_hit(&self, index: u64) {
+        self.call((), |p| p.on_hit(index));
+    }
+
+    #[inline]
+    pub fn on_insert(&self, index: u64) {
+        self.call((), |p| p.on_insert(index));
+    }
+
+    #[inline]
+    pub fn on_evict(&self, index: u64) {
+        self.call((), |p| p.on_evict(index));
+    }
+}
