@@ -18,6 +18,7 @@ mod fallback;
 mod global;
 mod guarded;
 mod hint;
+mod list;
 mod resident;
 mod simulator;
 
@@ -26,6 +27,7 @@ pub use fallback::Fallback;
 pub use global::{MappingUsage, ProportionalGlobal};
 pub use guarded::Guarded;
 pub use hint::Hint;
+pub use list::IndexList;
 pub use resident::ResidentSet;
 pub use simulator::{SimStats, Simulator};
 
