@@ -136,6 +136,7 @@ impl Cache {
             object,
             options,
         )?);
+        core.register_faults()?;
         self.core.mappings.rcu(|list| {
             let mut l = Vec::clone(list);
             l.push(core.clone());

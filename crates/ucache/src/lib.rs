@@ -12,18 +12,23 @@
 
 mod cache;
 pub mod error;
+mod fault;
 mod guard;
 mod io_worker;
 mod mapping;
 pub mod policy;
 mod region;
+mod sigbus;
+mod staging;
 pub mod state;
 mod stats;
 pub mod store;
 mod sync;
+mod uffd;
 
 pub use cache::{Cache, CacheOptions, DEFAULT_BATCH};
 pub use error::{Error, Result};
+pub use fault::{FaultAction, FaultHook};
 pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};
 pub use mapping::{MapOptions, Mapping, UnmapError};
 pub use stats::{StatsSnapshot, LATENCY_BUCKETS};

@@ -24,10 +24,13 @@ use std::time::Instant;
 
 use crate::cache::CacheCore;
 use crate::error::{Error, Result};
+use crate::fault::{FaultAction, FaultHook};
 use crate::guard::{ExclusiveGuard, OptimisticView, SharedGuard};
 use crate::io_worker::Job;
 use crate::policy::{Buffers, Clock, Guarded, Layout, Policy};
 use crate::region::Region;
+use crate::sigbus::Registration;
+use crate::staging::with_staging;
 use crate::state::{BufferState, Phase, Pin, Word};
 use crate::stats::Counter;
 use crate::store::{IoBuf, Object, OpenOptions, Store};
@@ -45,6 +48,8 @@ pub struct MapOptions {
     writable: bool,
     create: bool,
     policy: Option<Box<dyn Policy>>,
+    transparent: bool,
+    fault_hook: Option<FaultHook>,
 }
 
 impl Default for MapOptions {
@@ -56,6 +61,8 @@ impl Default for MapOptions {
             writable: false,
             create: false,
             policy: None,
+            transparent: false,
+            fault_hook: None,
         }
     }
 }
@@ -99,6 +106,20 @@ impl MapOptions {
         self
     }
 
+    /// Let plain loads and stores use the mapping, like `mmap`: misses and first writes fault
+    /// into ucache (userfaultfd, served on the faulting thread). Pins and the explicit
+    /// primitives keep working. Linux on x86-64 only.
+    pub fn transparent(mut self, transparent: bool) -> Self {
+        self.transparent = transparent;
+        self
+    }
+    /// What a transparent mapping does when a fault cannot be served (an IO error, a write to
+    /// a read-only mapping); default: `SIGBUS`, as mmap. See [`FaultHook`].
+    pub fn on_fault_error(mut self, hook: FaultHook) -> Self {
+        self.fault_hook = Some(hook);
+        self
+    }
+
     pub(crate) fn buffer_size_or_default(&self) -> usize {
         self.buffer_size
     }
@@ -120,6 +141,9 @@ pub(crate) struct MappingCore {
     writable: bool,
     resident: AtomicU64,
     unmapped: AtomicBool,
+    fault_hook: Option<FaultHook>,
+    /// Where the SIGBUS handler finds a transparent mapping; set once it is in an `Arc`.
+    registration: std::sync::OnceLock<Registration>,
 }
 
 impl MappingCore {
@@ -192,7 +216,16 @@ impl MappingCore {
             len,
             why: "too large for the address space",
         })?;
-        let region = Region::reserve(bytes, bs.min(2 << 20))?;
+        let region = if o.transparent {
+            if !cfg!(target_arch = "x86_64") {
+                return Err(Error::BadArgument(
+                    "transparent mappings need x86-64 (the write bit of the fault)".into(),
+                ));
+            }
+            Region::reserve_transparent(bytes, bs.min(2 << 20))?
+        } else {
+            Region::reserve(bytes, bs.min(2 << 20))?
+        };
         let states = (0..nbuf)
             .map(|_| BufferState::new())
             .collect::<Vec<_>>()
@@ -221,7 +254,18 @@ impl MappingCore {
             writable: o.writable,
             resident: AtomicU64::new(0),
             unmapped: AtomicBool::new(false),
+            fault_hook: o.fault_hook,
+            registration: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Makes the SIGBUS handler serve this mapping's faults (transparent mappings only).
+    pub(crate) fn register_faults(self: &Arc<Self>) -> Result<()> {
+        if self.region.is_transparent() {
+            let r = crate::sigbus::register(self, self.base() as usize, self.region.len())?;
+            let _ = self.registration.set(r);
+        }
+        Ok(())
     }
 
     pub(crate) fn id(&self) -> u64 {
@@ -238,6 +282,9 @@ impl MappingCore {
     }
     pub(crate) fn resident(&self) -> u64 {
         self.resident.load(Ordering::Relaxed)
+    }
+    pub(crate) fn is_transparent(&self) -> bool {
+        self.region.is_transparent()
     }
     fn buffers(&self) -> u64 {
         self.states.len() as u64
@@ -373,7 +420,7 @@ impl MappingCore {
                 }
             }
             if w.phase() == Phase::Evicted && w.idle() {
-                if self.load_one(i, w, pin)? {
+                if self.load_one(i, w, pin, false)? {
                     self.after_miss(i);
                     return Ok(());
                 }
@@ -396,9 +443,10 @@ impl MappingCore {
         }
     }
 
-    /// Tries to become the loader of buffer `i` (seen as `seen`) and load it, keeping `pin`.
-    /// Returns false if another thread won the claim.
-    fn load_one(&self, i: u64, seen: Word, pin: Pin) -> Result<bool> {
+    /// Tries to become the loader of buffer `i` (seen as `seen`) and load it, keeping `pin`;
+    /// `dirty` publishes it dirty and writable (a transparent write miss). Returns false if
+    /// another thread won the claim.
+    fn load_one(&self, i: u64, seen: Word, pin: Pin, dirty: bool) -> Result<bool> {
         let Some(claimed) = seen.begin_load() else {
             return Ok(false);
         };
@@ -414,19 +462,12 @@ impl MappingCore {
         }
         self.resident.fetch_add(1, Ordering::Relaxed);
         let t0 = Instant::now();
-        let off = self.object_offset(i);
-        // SAFETY: we won Evicted → Loading, so no other thread touches this buffer's memory
-        // until we publish it.
-        let buf = unsafe {
-            std::slice::from_raw_parts_mut(self.region.at((i << self.shift) as usize), self.bs)
-        };
-        let got = self.object.read_at(buf, off);
-        match self.check_read(i, got) {
+        match self.read_claimed(i, dirty) {
             Ok(()) => {
                 self.stats().record_miss_latency(t0.elapsed());
                 self.stats().add(Counter::Misses, 1);
                 self.stats().add(Counter::BytesRead, self.bs as u64);
-                self.publish(i, pin, false);
+                self.publish(i, pin, false, dirty);
                 Ok(true)
             }
             Err(e) => {
@@ -434,6 +475,27 @@ impl MappingCore {
                 Err(e)
             }
         }
+    }
+
+    /// Reads claimed buffer `i` from the store into place: straight into the region, or, on a
+    /// transparent mapping, into staging memory that is then installed.
+    fn read_claimed(&self, i: u64, writable: bool) -> Result<()> {
+        let off = self.object_offset(i);
+        let at = (i << self.shift) as usize;
+        if !self.region.is_transparent() {
+            // SAFETY: buffer i is Loading and ours: no other thread touches its memory until
+            // we publish it.
+            let buf = unsafe { std::slice::from_raw_parts_mut(self.region.at(at), self.bs) };
+            return self.check_read(i, self.object.read_at(buf, off));
+        }
+        with_staging(self.bs, |p| {
+            // SAFETY: the staging area is this thread's and at least bs long.
+            let buf = unsafe { std::slice::from_raw_parts_mut(p, self.bs) };
+            let got = self.object.read_at(buf, off);
+            self.check_read(i, got.map(|n| zero_tail(buf, n)))?;
+            // SAFETY: buf is readable; buffer i is Loading and ours.
+            unsafe { self.region.install(at, p, self.bs, writable) }
+        })?
     }
 
     fn check_read(&self, i: u64, got: io::Result<usize>) -> Result<()> {
@@ -452,11 +514,12 @@ impl MappingCore {
     }
 
     /// Loading → Cached. The policy learns of the buffer while we still own it.
-    fn publish(&self, i: u64, pin: Pin, prefetched: bool) {
+    fn publish(&self, i: u64, pin: Pin, prefetched: bool, dirty: bool) {
         self.policy.on_insert(i);
-        let r = self
-            .state(i)
-            .update(|w| Some(w.finish_load(pin, prefetched)));
+        let r = self.state(i).update(|w| {
+            let c = w.finish_load(pin, prefetched);
+            Some(if dirty { c.mark_dirty() } else { c })
+        });
         debug_assert!(r.is_ok());
     }
 
@@ -518,6 +581,65 @@ impl MappingCore {
         }
     }
 
+    // ---- transparent faults -----------------------------------------------------------------
+
+    /// Serves a fault at byte `offset` of a transparent mapping, on the faulting thread
+    /// (inside its SIGBUS handler): a miss is loaded like a pin's miss, a first store to a
+    /// clean buffer marks it dirty and lifts the write protection. Returning makes the access
+    /// run again.
+    pub(crate) fn fault(self: &Arc<Self>, offset: usize, write: bool) -> Result<()> {
+        let i = (offset >> self.shift) as u64;
+        let s = self.slot(i)?;
+        if write && !self.writable {
+            return Err(Error::ReadOnly);
+        }
+        self.stats().add(Counter::Faults, 1);
+        let mut w = s.load();
+        loop {
+            match w.phase() {
+                Phase::Evicted if w.idle() => {
+                    if self.load_one(i, w, Pin::None, write)? {
+                        self.after_miss(i);
+                        return Ok(());
+                    }
+                }
+                // A read that raced the load of its page: it is there now.
+                Phase::Cached if !write => return Ok(()),
+                Phase::Cached if w.exclusive() => {
+                    // The holder of an exclusive pin writes through its guard; nothing else
+                    // can claim the buffer meanwhile.
+                    let _ = s.update(|w| w.exclusive().then(|| w.mark_dirty()));
+                    self.stats().add(Counter::WriteFaults, 1);
+                    return self.region.protect(offset & !(self.bs - 1), self.bs, false);
+                }
+                Phase::Cached => {
+                    if let Some(x) = w.begin_enable_write() {
+                        if s.cas(w, x).is_ok() {
+                            self.stats().add(Counter::WriteFaults, 1);
+                            let r = self.region.protect(offset & !(self.bs - 1), self.bs, false);
+                            let _ = s.update(|w| Some(w.finish_enable_write()));
+                            return r;
+                        }
+                    } else {
+                        // A write-back is reading the bytes: wait for it.
+                        s.wait_change(w);
+                    }
+                }
+                _ => s.wait_change(w),
+            }
+            w = s.load();
+        }
+    }
+
+    /// A fault could not be served: asks the mapping's hook, if any. Returns whether the
+    /// access should simply run again (true) or SIGBUS be delivered (false).
+    pub(crate) fn fault_failed(&self, addr: usize, e: &Error) -> bool {
+        match &self.fault_hook {
+            Some(h) => h(addr, e) == FaultAction::Retry,
+            None => false,
+        }
+    }
+
     // ---- batched loads ----------------------------------------------------------------------
 
     /// Claims every evicted buffer among `indices` (reserving budget for each). Returns the
@@ -567,37 +689,18 @@ impl MappingCore {
             return Ok(());
         }
         let t0 = Instant::now();
-        let mut reqs: Vec<IoBuf> = claimed
-            .iter()
-            .map(|&i| {
-                // SAFETY: each buffer is Loading and claimed by us: exclusive until published.
-                unsafe {
-                    IoBuf::new(
-                        self.region.at((i << self.shift) as usize),
-                        self.bs,
-                        self.object_offset(i),
-                    )
-                }
+        let (ok, first) = if self.region.is_transparent() {
+            with_staging(claimed.len() * self.bs, |p| {
+                self.read_batch_at(claimed, prefetched, |k, _| {
+                    // SAFETY: slot k of this thread's staging area, which holds them all.
+                    unsafe { p.add(k * self.bs) }
+                })
+            })?
+        } else {
+            self.read_batch_at(claimed, prefetched, |_, i| {
+                self.region.at((i << self.shift) as usize)
             })
-            .collect();
-        let mut out = Vec::with_capacity(reqs.len());
-        self.object.read_batch(&mut reqs, &mut out);
-        drop(reqs);
-        let mut first = None;
-        let mut ok = 0u64;
-        for (k, &i) in claimed.iter().enumerate() {
-            let got = take_result(&mut out, k);
-            match self.check_read(i, got) {
-                Ok(()) => {
-                    ok += 1;
-                    self.publish(i, Pin::None, prefetched);
-                }
-                Err(e) => {
-                    self.fail_load(i);
-                    first.get_or_insert(e);
-                }
-            }
-        }
+        };
         let st = self.stats();
         st.add(
             if prefetched {
@@ -612,6 +715,59 @@ impl MappingCore {
             st.record_miss_latency(t0.elapsed());
         }
         first.map_or(Ok(()), Err)
+    }
+
+    /// Reads claimed buffers in one store batch into `dest(k, i)` (the region itself, or
+    /// staging to install from) and publishes each one that succeeds. Returns how many did and
+    /// the first error.
+    fn read_batch_at(
+        &self,
+        claimed: &[u64],
+        prefetched: bool,
+        dest: impl Fn(usize, u64) -> *mut u8,
+    ) -> (u64, Option<Error>) {
+        let mut reqs: Vec<IoBuf> = claimed
+            .iter()
+            .enumerate()
+            // SAFETY: each destination is either a Loading buffer claimed by us or our own
+            // staging slot: exclusive until the batch returns.
+            .map(|(k, &i)| unsafe { IoBuf::new(dest(k, i), self.bs, self.object_offset(i)) })
+            .collect();
+        let mut out = Vec::with_capacity(reqs.len());
+        self.object.read_batch(&mut reqs, &mut out);
+        drop(reqs);
+        let mut first = None;
+        let mut ok = 0u64;
+        for (k, &i) in claimed.iter().enumerate() {
+            let mut got = take_result(&mut out, k);
+            let transparent = self.region.is_transparent();
+            if transparent {
+                // SAFETY: dest(k, i) is our staging slot of bs bytes.
+                let buf = unsafe { std::slice::from_raw_parts_mut(dest(k, i), self.bs) };
+                got = got.map(|n| zero_tail(buf, n));
+            }
+            let r = self.check_read(i, got).and_then(|()| {
+                if !transparent {
+                    return Ok(());
+                }
+                // SAFETY: the staging slot is readable; buffer i is Loading and ours.
+                unsafe {
+                    self.region
+                        .install((i << self.shift) as usize, dest(k, i), self.bs, false)
+                }
+            });
+            match r {
+                Ok(()) => {
+                    ok += 1;
+                    self.publish(i, Pin::None, prefetched, false);
+                }
+                Err(e) => {
+                    self.fail_load(i);
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        (ok, first)
     }
 
     /// Loads the missing buffers among `indices` with one batch from this thread, then waits
@@ -658,9 +814,24 @@ impl MappingCore {
 
     // ---- write-back -------------------------------------------------------------------------
 
-    /// Begins write-back of `i` if it is dirty and no writer holds it.
+    /// Begins write-back of `i` if it is dirty and no writer holds it. On a transparent
+    /// mapping the buffer is then write-protected, so a store during the IO faults and waits
+    /// for it, and a store after it marks the buffer dirty again; stores that landed between
+    /// the claim and the protection are in memory before the IO reads it, so none is lost.
     fn claim_writeback(&self, i: u64) -> bool {
-        self.state(i).update(|w| w.begin_writeback()).is_ok()
+        if self.state(i).update(|w| w.begin_writeback()).is_err() {
+            return false;
+        }
+        if let Err(e) = self
+            .region
+            .protect((i << self.shift) as usize, self.bs, true)
+        {
+            // Unprotected pages would take stores unnoticed: keep the buffer dirty instead.
+            let r = self.state(i).update(|w| Some(w.finish_writeback(false)));
+            debug_assert!(r.is_ok(), "{e}");
+            return false;
+        }
+        true
     }
 
     /// Writes claimed buffers in one store batch. Returns the failures; those buffers are dirty
@@ -933,6 +1104,15 @@ impl Drop for MappingCore {
     }
 }
 
+/// Zeroes what a short read (the end of the object) left of a staging buffer, as a fresh page
+/// of a plain region would read; returns `n`.
+fn zero_tail(buf: &mut [u8], n: usize) -> usize {
+    if n < buf.len() {
+        buf[n..].fill(0);
+    }
+    n
+}
+
 /// Takes result `k` out of a batch's results; a store that returned too few is an error for
 /// the missing requests rather than a panic.
 fn take_result<T>(out: &mut [io::Result<T>], k: usize) -> io::Result<T> {
@@ -1037,6 +1217,15 @@ impl Mapping {
     /// Base address of the mapping.
     pub fn as_ptr(&self) -> *const u8 {
         self.core.base()
+    }
+    /// The base address for plain stores into a writable transparent mapping (hand it to C
+    /// like an `mmap` pointer). Other mappings must be written through exclusive pins.
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.core.base()
+    }
+    /// Whether plain loads and stores may use the memory (see [`MapOptions::transparent`]).
+    pub fn is_transparent(&self) -> bool {
+        self.core.is_transparent()
     }
     /// Mapped bytes.
     pub fn len(&self) -> u64 {

@@ -12,6 +12,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use crate::error::{Error, Result};
+use crate::uffd::{self, Uffd};
 
 /// Most ranges one `process_madvise` call accepts (`UIO_MAXIOV`).
 const IOV_MAX: usize = 1024;
@@ -23,6 +24,8 @@ pub(crate) struct Region {
     raw_len: usize,
     base: *mut u8,
     len: usize,
+    /// Set for transparent mappings: absent pages and writes to clean pages fault into ucache.
+    uffd: Option<Uffd>,
 }
 
 // SAFETY: the region is plain memory; which thread may touch which buffer of it is governed by
@@ -68,7 +71,64 @@ impl Region {
             raw_len,
             base,
             len,
+            uffd: None,
         })
+    }
+
+    /// Reserves a region whose faults are delivered as `SIGBUS` to the faulting thread:
+    /// missing pages, and writes to write-protected (clean) pages.
+    pub(crate) fn reserve_transparent(len: usize, align: usize) -> Result<Region> {
+        let mut r = Region::reserve(len, align.max(4096))?;
+        let os = |call| move |e| Error::Os { call, source: e };
+        let u = Uffd::open(uffd::FEATURE_SIGBUS | uffd::FEATURE_PAGEFAULT_FLAG_WP)
+            .map_err(os("userfaultfd"))?;
+        u.register(r.base, r.len).map_err(os("UFFDIO_REGISTER"))?;
+        r.uffd = Some(u);
+        Ok(r)
+    }
+
+    pub(crate) fn is_transparent(&self) -> bool {
+        self.uffd.is_some()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Installs a copy of `src` at `offset` (whole pages, all absent) of a transparent region,
+    /// write-protected unless `writable`.
+    ///
+    /// # Safety
+    /// `src..src+len` must be readable, and the caller must own the destination buffer
+    /// (`Loading`).
+    pub(crate) unsafe fn install(
+        &self,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+        writable: bool,
+    ) -> Result<()> {
+        let u = self.uffd.as_ref().expect("install on a transparent region");
+        debug_assert!(offset + len <= self.len && len.is_multiple_of(4096));
+        // SAFETY: forwarded from our caller; the destination lies inside the registered region.
+        unsafe { u.copy(self.at(offset), src, len, writable) }.map_err(|e| Error::Os {
+            call: "UFFDIO_COPY",
+            source: e,
+        })
+    }
+
+    /// Write-protects (or unprotects) the present pages of `[offset, offset+len)` of a
+    /// transparent region; a no-op on a plain region.
+    pub(crate) fn protect(&self, offset: usize, len: usize, protect: bool) -> Result<()> {
+        match &self.uffd {
+            None => Ok(()),
+            Some(u) => u
+                .write_protect(self.at(offset), len, protect)
+                .map_err(|e| Error::Os {
+                    call: "UFFDIO_WRITEPROTECT",
+                    source: e,
+                }),
+        }
     }
 
     #[inline]

@@ -176,6 +176,23 @@ impl Word {
     pub fn mark_dirty(self) -> Word {
         Word(self.0 | DIRTY)
     }
+    /// A plain store hit a clean, write-protected page of a transparent mapping: take X for
+    /// the moment it takes to lift the protection, and mark the buffer dirty. Refused while a
+    /// write-back is in flight (its bytes must not change under the IO) or someone holds X.
+    /// Shared pins may stay: plain stores are not excluded by them, only pins are.
+    #[inline]
+    pub fn begin_enable_write(self) -> Option<Word> {
+        (self.phase() == Phase::Cached && !self.exclusive() && !self.writing())
+            .then_some(Word(self.0 | X | DIRTY | REFERENCED))
+    }
+    /// The protection is lifted: drop the transient X. No version bump: the stores that follow
+    /// are not covered by versions (optimistic readers of transparent mappings race with them
+    /// as with any plain memory).
+    #[inline]
+    pub fn finish_enable_write(self) -> Word {
+        debug_assert!(self.exclusive());
+        Word(self.0 & !X)
+    }
     /// Step one of insertion: the single winner of this CAS does the IO.
     #[inline]
     pub fn begin_load(self) -> Option<Word> {
@@ -509,6 +526,26 @@ mod tests {
         let a = l.abort_load();
         assert_eq!(a.phase(), Phase::Evicted);
         assert_eq!(a.version(), 1);
+    }
+
+    #[test]
+    fn enable_write_marks_dirty_and_excludes_writeback_and_eviction() {
+        let c = Word::EVICTED
+            .begin_load()
+            .unwrap()
+            .finish_load(Pin::Shared, false);
+        let e = c.begin_enable_write().unwrap();
+        assert!(e.dirty() && e.exclusive() && e.pins() == 1);
+        assert!(e.begin_writeback().is_none() && e.begin_evict().is_none());
+        assert!(e.pin_shared().is_none() && e.begin_enable_write().is_none());
+        let done = e.finish_enable_write();
+        assert!(done.dirty() && !done.exclusive() && done.version() == c.version());
+        let wb = done.begin_writeback().unwrap();
+        assert!(
+            wb.begin_enable_write().is_none(),
+            "waits for the write-back"
+        );
+        assert!(Word::EVICTED.begin_enable_write().is_none());
     }
 
     #[test]

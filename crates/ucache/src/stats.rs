@@ -64,6 +64,8 @@ counters! {
     prefetches: "Buffers loaded by prefetch.",
     prefetch_used: "Prefetched buffers pinned before their eviction.",
     prefetch_wasted: "Prefetched buffers evicted without ever being pinned.",
+    faults: "Faults served on transparent mappings (misses and first writes).",
+    write_faults: "First writes to clean buffers of transparent mappings (dirty tracking).",
 }
 
 /// The live counters of one cache.
@@ -108,6 +110,8 @@ pub(crate) enum Counter {
     Prefetches,
     PrefetchUsed,
     PrefetchWasted,
+    Faults,
+    WriteFaults,
 }
 
 impl Stats {
@@ -143,6 +147,8 @@ impl Stats {
             Counter::Prefetches => &s.prefetches,
             Counter::PrefetchUsed => &s.prefetch_used,
             Counter::PrefetchWasted => &s.prefetch_wasted,
+            Counter::Faults => &s.faults,
+            Counter::WriteFaults => &s.write_faults,
         };
         Self::bump(a, n, owned);
     }

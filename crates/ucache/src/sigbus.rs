@@ -1,0 +1,212 @@
+//! The process-wide `SIGBUS` handler that serves faults on transparent mappings, and the
+//! registry it finds them in.
+//!
+//! A transparent mapping's userfaultfd has `UFFD_FEATURE_SIGBUS`, so a plain load or store that
+//! misses raises `SIGBUS` in the faulting thread. The handler looks the address up among the
+//! registered mappings and resolves the fault right there (load, or mark dirty); returning
+//! from the handler re-executes the access, which now succeeds. Anything else — a fault
+//! outside every ucache mapping, or one ucache could not resolve — goes to the handler that
+//! was installed before ucache's, exactly as if ucache were not there: the application's own
+//! handler, or the default action that ends the process, as mmap's `SIGBUS` does.
+//!
+//! The registry is a fixed array of slots read without locks: a signal handler must not take a
+//! lock the interrupted thread might hold. Each slot holds a `Weak` reference, so a mapping
+//! that is going away is never resurrected by a late fault, and a per-slot count of handlers
+//! inside it lets unregistration wait until no handler still reads the slot.
+
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Once, Weak};
+
+use crate::error::{Error, Result};
+use crate::mapping::MappingCore;
+
+const SLOTS: usize = 1024;
+
+struct Slot {
+    start: AtomicUsize,
+    end: AtomicUsize,
+    core: AtomicPtr<MappingCore>,
+    users: AtomicUsize,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: Slot = Slot {
+    start: AtomicUsize::new(0),
+    end: AtomicUsize::new(0),
+    core: AtomicPtr::new(std::ptr::null_mut()),
+    users: AtomicUsize::new(0),
+};
+
+static REGISTRY: [Slot; SLOTS] = [EMPTY; SLOTS];
+static INSTALL: Once = Once::new();
+/// The `SIGBUS` action that was installed before ours; written once, before ours is.
+static mut PREVIOUS: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::zeroed();
+
+/// A registered mapping; unregisters on drop.
+pub(crate) struct Registration {
+    slot: usize,
+}
+
+/// Makes faults in `[start, start+len)` go to `core`, installing the handler on first use.
+pub(crate) fn register(core: &Arc<MappingCore>, start: usize, len: usize) -> Result<Registration> {
+    install()?;
+    let weak = Weak::into_raw(Arc::downgrade(core)) as *mut MappingCore;
+    for (k, s) in REGISTRY.iter().enumerate() {
+        if !s.core.load(SeqCst).is_null() || s.users.load(SeqCst) != 0 {
+            continue;
+        }
+        s.start.store(start, SeqCst);
+        s.end.store(start + len, SeqCst);
+        if s.core
+            .compare_exchange(std::ptr::null_mut(), weak, SeqCst, SeqCst)
+            .is_ok()
+        {
+            return Ok(Registration { slot: k });
+        }
+    }
+    // SAFETY: `weak` came from Weak::into_raw above and was not published.
+    drop(unsafe { Weak::from_raw(weak) });
+    Err(Error::BadArgument(format!(
+        "more than {SLOTS} transparent mappings at once"
+    )))
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let s = &REGISTRY[self.slot];
+        let p = s.core.swap(std::ptr::null_mut(), SeqCst);
+        // A handler that saw the pointer before the swap holds `users`; wait for it to finish
+        // upgrading (or failing to upgrade) before giving the weak reference back.
+        while s.users.load(SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        if !p.is_null() {
+            // SAFETY: p came from Weak::into_raw in `register` and is no longer published.
+            drop(unsafe { Weak::from_raw(p as *const MappingCore) });
+        }
+    }
+}
+
+/// The live mapping whose registered range contains `addr`, and the range's start.
+fn lookup(addr: usize) -> Option<(Arc<MappingCore>, usize)> {
+    for s in REGISTRY.iter() {
+        if s.core.load(SeqCst).is_null() {
+            continue;
+        }
+        s.users.fetch_add(1, SeqCst);
+        let p = s.core.load(SeqCst);
+        let start = s.start.load(SeqCst);
+        let hit = !p.is_null() && addr >= start && addr < s.end.load(SeqCst);
+        let found = if hit {
+            // SAFETY: while `users` is raised and the pointer is still published, the slot's
+            // weak reference is alive; we borrow it without taking it over.
+            let weak = ManuallyDrop::new(unsafe { Weak::from_raw(p as *const MappingCore) });
+            weak.upgrade().map(|c| (c, start))
+        } else {
+            None
+        };
+        s.users.fetch_sub(1, SeqCst);
+        if hit {
+            return found;
+        }
+    }
+    None
+}
+
+fn install() -> Result<()> {
+    let mut err = None;
+    INSTALL.call_once(|| {
+        // SAFETY: sigaction with a zeroed struct naming our handler; PREVIOUS is written here,
+        // once, before our handler can run, and only read afterwards.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                on_sigbus;
+            sa.sa_sigaction = handler as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+            libc::sigemptyset(&mut sa.sa_mask);
+            let prev = std::ptr::addr_of_mut!(PREVIOUS) as *mut libc::sigaction;
+            if libc::sigaction(libc::SIGBUS, &sa, prev) != 0 {
+                err = Some(Error::last_os("sigaction(SIGBUS)"));
+            }
+        }
+    });
+    err.map_or(Ok(()), Err)
+}
+
+/// Whether the faulting access was a write, where the architecture tells us. Elsewhere a write
+/// miss is served as a read and then takes one more (write-protect) fault.
+fn is_write(ctx: *mut libc::c_void) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the kernel passes a ucontext_t to SA_SIGINFO handlers; on x86-64 the page
+        // fault error code is in REG_ERR, bit 1 set for writes.
+        unsafe {
+            let uc = ctx as *const libc::ucontext_t;
+            (*uc).uc_mcontext.gregs[libc::REG_ERR as usize] & 2 != 0
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = ctx;
+        false
+    }
+}
+
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: errno is thread-local; we restore it so the interrupted code never sees ours.
+    let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: the kernel passes a valid siginfo_t for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    let served = match lookup(addr) {
+        Some((core, start)) => {
+            let write = is_write(ctx);
+            // A panic must not unwind into the interrupted frame.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                core.fault(addr - start, write)
+            }));
+            match r {
+                Ok(Ok(())) => true,
+                Ok(Err(e)) => core.fault_failed(addr, &e),
+                Err(_) => false,
+            }
+        }
+        None => false,
+    };
+    if !served {
+        chain(sig, info, ctx);
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Hands the signal to whatever handled `SIGBUS` before ucache.
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: PREVIOUS was fully written before our handler was installed.
+    let prev = unsafe { (*std::ptr::addr_of!(PREVIOUS)).assume_init() };
+    let h = prev.sa_sigaction;
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        // Restore the default and return: the access runs again, faults again, and the
+        // kernel applies the default action (a synchronous SIGBUS cannot be ignored).
+        // SAFETY: plain sigaction with a zeroed struct (SIG_DFL).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+        }
+        return;
+    }
+    // SAFETY: the previous handler was installed for SIGBUS with these flags, so calling it
+    // with the arguments the kernel gave us is what the kernel would have done.
+    unsafe {
+        if prev.sa_flags & libc::SA_SIGINFO != 0 {
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                std::mem::transmute(h);
+            f(sig, info, ctx);
+        } else {
+            let f: extern "C" fn(libc::c_int) = std::mem::transmute(h);
+            f(sig);
+        }
+    }
+}
