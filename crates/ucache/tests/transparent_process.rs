@@ -1,0 +1,329 @@
+//! Transparent mappings and the rest of the process: signals, errors, kernel-mode accesses, C
+//! code and durability. Tests that end a process run it as a child (this same test binary,
+//! re-entered through an environment variable) and check how it ended.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use ucache::store::{FaultStore, FileStore, MemoryStore};
+use ucache::{Cache, CacheOptions, FaultAction, MapOptions};
+
+const BS: usize = 4096;
+const CHILD: &str = "UCACHE_TRANSPARENT_CHILD";
+
+/// Runs test `name` of this binary as a child with `CHILD=mode`.
+fn child(name: &str, mode: &str, extra: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, mode);
+    for (k, v) in extra {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn mode() -> Option<String> {
+    std::env::var(CHILD).ok()
+}
+
+fn memory_mapping(cache: &Cache, store: Arc<dyn ucache::store::Store>) -> ucache::Mapping {
+    cache
+        .map(store, "t", MapOptions::new().transparent(true))
+        .unwrap()
+}
+
+fn filled_store(n: usize) -> MemoryStore {
+    let s = MemoryStore::new();
+    s.insert("t", (0..n * BS).map(|k| (k % 251) as u8).collect());
+    s
+}
+
+fn read(p: *const u8) -> u8 {
+    // SAFETY: callers pass addresses inside a live mapping (or deliberately bad ones, in a
+    // child that is expected to die or be rescued by its handler).
+    unsafe { std::ptr::read_volatile(p) }
+}
+
+#[test]
+fn io_error_raises_sigbus_like_mmap() {
+    if mode().as_deref() == Some("ioerror") {
+        let store = FaultStore::new(Arc::new(filled_store(4)));
+        store.config().fail_reads.store(true, Ordering::Relaxed);
+        let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
+        let m = memory_mapping(&cache, Arc::new(store));
+        println!("about to read");
+        read(m.as_ptr());
+        println!("survived");
+        std::process::exit(0);
+    }
+    let out = child("io_error_raises_sigbus_like_mmap", "ioerror", &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("about to read") && !stdout.contains("survived"),
+        "{stdout}"
+    );
+    assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{:?}", out.status);
+}
+
+#[test]
+fn write_to_read_only_mapping_raises_sigbus() {
+    if mode().as_deref() == Some("readonly") {
+        let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
+        let m = memory_mapping(&cache, Arc::new(filled_store(4)));
+        assert_eq!(read(m.as_ptr()), 0);
+        println!("read ok");
+        // SAFETY: deliberately writes a read-only mapping; the process must die of SIGBUS.
+        unsafe { std::ptr::write_volatile(m.as_ptr() as *mut u8, 1) };
+        println!("survived");
+        std::process::exit(0);
+    }
+    let out = child("write_to_read_only_mapping_raises_sigbus", "readonly", &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("read ok") && !stdout.contains("survived"),
+        "{stdout}"
+    );
+    assert_eq!(out.status.signal(), Some(libc::SIGBUS));
+}
+
+#[test]
+fn error_hook_can_retry_until_the_store_recovers() {
+    let store = FaultStore::new(Arc::new(filled_store(4)));
+    let config = store.config().clone();
+    config.fail_reads.store(true, Ordering::Relaxed);
+    let calls = Arc::new(AtomicU64::new(0));
+    let (c2, cfg2) = (calls.clone(), config.clone());
+    let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
+    let m = cache
+        .map(
+            Arc::new(store),
+            "t",
+            MapOptions::new()
+                .transparent(true)
+                .on_fault_error(Arc::new(move |_addr, e| {
+                    assert!(matches!(e, ucache::Error::Io { .. }), "{e}");
+                    if c2.fetch_add(1, Ordering::Relaxed) == 2 {
+                        cfg2.fail_reads.store(false, Ordering::Relaxed);
+                    }
+                    FaultAction::Retry
+                })),
+        )
+        .unwrap();
+    // SAFETY: inside the mapping.
+    assert_eq!(
+        read(unsafe { m.as_ptr().add(BS + 7) }),
+        ((BS + 7) % 251) as u8
+    );
+    assert_eq!(calls.load(Ordering::Relaxed), 3);
+}
+
+extern "C" fn exit_42(_: libc::c_int) {
+    // SAFETY: _exit is async-signal-safe.
+    unsafe { libc::_exit(42) }
+}
+
+fn install(sig: libc::c_int, f: extern "C" fn(libc::c_int)) {
+    // SAFETY: a plain handler installation with a zeroed sigaction.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = f as usize;
+        libc::sigaction(sig, &sa, std::ptr::null_mut());
+    }
+}
+
+#[test]
+fn application_sigbus_handler_is_chained() {
+    if mode().as_deref() == Some("chain") {
+        install(libc::SIGBUS, exit_42);
+        let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
+        let m = memory_mapping(&cache, Arc::new(filled_store(4)));
+        assert_eq!(read(m.as_ptr()), 0, "ucache still serves its own faults");
+        // A genuine SIGBUS outside ucache: a file mapping past the end of its (empty) file.
+        let f = tempfile::tempfile().unwrap();
+        // SAFETY: maps one page of an empty file; touching it raises SIGBUS.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        read(p as *const u8);
+        std::process::exit(0);
+    }
+    let out = child("application_sigbus_handler_is_chained", "chain", &[]);
+    assert_eq!(out.status.code(), Some(42), "{out:?}");
+}
+
+#[test]
+fn application_sigsegv_handler_still_gets_its_faults() {
+    if mode().as_deref() == Some("segv") {
+        install(libc::SIGSEGV, exit_42);
+        let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
+        let m = memory_mapping(&cache, Arc::new(filled_store(4)));
+        assert_eq!(read(m.as_ptr()), 0);
+        read(16 as *const u8);
+        std::process::exit(0);
+    }
+    let out = child(
+        "application_sigsegv_handler_still_gets_its_faults",
+        "segv",
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(42), "{out:?}");
+}
+
+#[test]
+fn kernel_mode_access_to_a_missing_buffer_is_efault_until_cached() {
+    let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
+    let m = memory_mapping(&cache, Arc::new(filled_store(4)));
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) into a two-element array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: write(2) from inside the mapping; the kernel reports EFAULT for absent pages.
+    let r = unsafe { libc::write(fds[1], m.as_ptr() as *const libc::c_void, 64) };
+    assert_eq!(r, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EFAULT)
+    );
+    // The documented remedy: make the range resident first.
+    m.ensure_cached(0, 64).unwrap();
+    // SAFETY: as above; the buffer is resident now.
+    let r = unsafe { libc::write(fds[1], m.as_ptr() as *const libc::c_void, 64) };
+    assert_eq!(r, 64);
+    let mut back = [0u8; 64];
+    // SAFETY: read(2) into a local array.
+    assert_eq!(
+        unsafe { libc::read(fds[0], back.as_mut_ptr() as *mut libc::c_void, 64) },
+        64
+    );
+    assert!(back.iter().enumerate().all(|(k, &b)| b == (k % 251) as u8));
+    // SAFETY: closing our own descriptors.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+}
+
+const C_SOURCE: &str = r#"
+#include <stddef.h>
+#include <stdint.h>
+/* Unmodified C: sums a buffer and then overwrites it, through a plain pointer. */
+uint64_t sum_and_fill(uint8_t *p, size_t len, uint8_t v) {
+    uint64_t s = 0;
+    for (size_t i = 0; i < len; i++) s += p[i];
+    for (size_t i = 0; i < len; i++) p[i] = v;
+    return s;
+}
+"#;
+
+#[test]
+fn c_code_reads_and_writes_a_transparent_mapping() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let src = dir.path().join("scan.c");
+    let lib = dir.path().join("libscan.so");
+    std::fs::write(&src, C_SOURCE).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = Command::new(cc)
+        .args(["-O2", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .status()
+        .expect("a C compiler (cc) is needed for this test");
+    assert!(st.success());
+    let store = filled_store(64);
+    let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(2)).unwrap();
+    let m = cache
+        .map(
+            Arc::new(store.clone()),
+            "t",
+            MapOptions::new().transparent(true).writable(true),
+        )
+        .unwrap();
+    let f = load_sum_and_fill(&lib);
+    let len = m.len() as usize;
+    let want: u64 = (0..len).map(|k| (k % 251) as u64).sum();
+    // SAFETY: the function reads and writes exactly `len` bytes of the mapping.
+    assert_eq!(unsafe { f(m.as_mut_ptr(), len, 9) }, want);
+    m.msync(0, m.len()).unwrap();
+    assert!(store.get("t").unwrap().iter().all(|&b| b == 9));
+    assert!(
+        cache.stats().evictions > 0,
+        "the C scan ran out of memory and evicted"
+    );
+}
+
+type SumAndFill = unsafe extern "C" fn(*mut u8, usize, u8) -> u64;
+
+fn load_sum_and_fill(lib: &Path) -> SumAndFill {
+    let path = std::ffi::CString::new(lib.to_str().unwrap()).unwrap();
+    // SAFETY: dlopen/dlsym of the library we just built, which exports this symbol with this
+    // signature; the handle is leaked so the function stays loaded.
+    unsafe {
+        let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null(), "dlopen failed");
+        let s = libc::dlsym(h, c"sum_and_fill".as_ptr());
+        assert!(!s.is_null());
+        std::mem::transmute::<*mut libc::c_void, SumAndFill>(s)
+    }
+}
+
+#[test]
+fn msynced_plain_stores_survive_sigkill() {
+    const N: u64 = 256;
+    if let Some(m) = mode() {
+        if m == "durable" {
+            let path = std::env::var("UCACHE_DURABLE_PATH").unwrap();
+            let cache = Cache::new(CacheOptions::new(32 * BS as u64).batch(4)).unwrap();
+            let map = cache
+                .map(
+                    Arc::new(FileStore::direct()),
+                    &path,
+                    MapOptions::new()
+                        .create(true)
+                        .transparent(true)
+                        .len(N * BS as u64),
+                )
+                .unwrap();
+            // SAFETY: plain stores into the whole writable mapping.
+            unsafe { std::ptr::write_bytes(map.as_mut_ptr(), 0x5A, (N as usize) * BS) };
+            map.msync(0, map.len()).unwrap();
+            println!("SYNCED");
+            // SAFETY: as above; never synced, so the kill may or may not keep them.
+            unsafe { std::ptr::write_bytes(map.as_mut_ptr(), 0x77, 8 * BS) };
+            // SAFETY: the test kills itself the hard way, with no chance to write back.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        return;
+    }
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = dir.path().join("data");
+    let out = child(
+        "msynced_plain_stores_survive_sigkill",
+        "durable",
+        &[("UCACHE_DURABLE_PATH", path.to_str().unwrap())],
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("SYNCED"),
+        "{out:?}"
+    );
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL));
+    let data = std::fs::read(&path).unwrap();
+    assert_eq!(data.len(), N as usize * BS);
+    for (i, b) in data.chunks(BS).enumerate() {
+        let first = b[0];
+        assert!(
+            first == 0x5A || (i < 8 && first == 0x77),
+            "buffer {i}: {first}"
+        );
+        assert!(b.iter().all(|&x| x == first), "buffer {i} torn");
+    }
+}
