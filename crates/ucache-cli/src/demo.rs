@@ -57,7 +57,7 @@ pub fn run(args: &DemoArgs) -> Result<Outcome, String> {
         memory: 128 << 20,
         threads: 2,
         buffer_size: 4096,
-        seconds: 4.0,
+        seconds: 3.0,
         warmup: 1.0,
         reps: 2,
         // io_uring, so ucache-prefetch's batches really have many reads in flight, as

@@ -76,7 +76,7 @@ pub struct BenchArgs {
         long,
         value_delimiter = ',',
         value_parser = SystemKind::parse,
-        default_value = "ucache-explicit,ucache-prefetch,mmap,pread,raw-psync,raw-uring"
+        default_value = "ucache-explicit,ucache-prefetch,ucache-transparent,mmap,pread,raw-psync,raw-uring"
     )]
     pub systems: Vec<SystemKind>,
     /// Run mmap and pread without a memory cgroup (they may then cache the whole file).

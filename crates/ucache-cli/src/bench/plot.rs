@@ -13,6 +13,7 @@ fn color_of(name: &str) -> RGBColor {
     match name {
         "ucache-explicit" => RGBColor(31, 119, 180),
         "ucache-prefetch" => RGBColor(23, 190, 207),
+        "ucache-transparent" => RGBColor(44, 160, 44),
         "mmap" => RGBColor(214, 39, 40),
         "pread" => RGBColor(255, 127, 14),
         "raw-psync" => RGBColor(127, 127, 127),

@@ -35,6 +35,9 @@ pub enum SystemKind {
     /// ucache, reading without pins: `read_optimistic`, validated by the buffer's version
     /// (lookups only; a miss takes a pin to load the buffer).
     UcacheOptimistic,
+    /// ucache as a drop-in for mmap: plain loads on a transparent mapping, misses served by
+    /// its SIGBUS handler on the faulting thread.
+    UcacheTransparent,
     /// The whole file copied into an anonymous array first: the in-memory upper bound (only
     /// meaningful when the data fits in the budget).
     Array,
@@ -49,10 +52,11 @@ pub enum SystemKind {
 }
 
 impl SystemKind {
-    pub const ALL: [SystemKind; 8] = [
+    pub const ALL: [SystemKind; 9] = [
         SystemKind::UcacheExplicit,
         SystemKind::UcachePrefetch,
         SystemKind::UcacheOptimistic,
+        SystemKind::UcacheTransparent,
         SystemKind::Array,
         SystemKind::Mmap,
         SystemKind::Pread,
@@ -65,6 +69,7 @@ impl SystemKind {
             SystemKind::UcacheExplicit => "ucache-explicit",
             SystemKind::UcachePrefetch => "ucache-prefetch",
             SystemKind::UcacheOptimistic => "ucache-optimistic",
+            SystemKind::UcacheTransparent => "ucache-transparent",
             SystemKind::Array => "array",
             SystemKind::Mmap => "mmap",
             SystemKind::Pread => "pread",
@@ -91,7 +96,10 @@ impl SystemKind {
     pub fn is_ucache(self) -> bool {
         matches!(
             self,
-            SystemKind::UcacheExplicit | SystemKind::UcachePrefetch | SystemKind::UcacheOptimistic
+            SystemKind::UcacheExplicit
+                | SystemKind::UcachePrefetch
+                | SystemKind::UcacheOptimistic
+                | SystemKind::UcacheTransparent
         )
     }
 }
@@ -162,6 +170,9 @@ pub fn open(kind: SystemKind, p: &Params) -> Result<Box<dyn System>, String> {
         SystemKind::UcachePrefetch => Box::new(ucache::Ucache::open(p, ucache::Mode::Prefetch)?),
         SystemKind::UcacheOptimistic => {
             Box::new(ucache::Ucache::open(p, ucache::Mode::Optimistic)?)
+        }
+        SystemKind::UcacheTransparent => {
+            Box::new(ucache::Ucache::open(p, ucache::Mode::Transparent)?)
         }
         SystemKind::Array => Box::new(array::Array::open(p)?),
         SystemKind::Mmap => Box::new(mmap::Mmap::open(p)?),

@@ -1,10 +1,11 @@
-//! ucache itself, in explicit mode: pinning buffers through guards, no faults involved.
-//!
-//! Two ways of driving it:
+//! ucache itself, driven four ways:
 //! - explicit: one `pin_shared` per op, so a miss is one synchronous load, comparable with
 //!   raw-psync at the same thread count;
 //! - prefetch: `ensure_cached_buffers` on 32 indices first, so the store can keep many loads
-//!   in flight, comparable with raw-uring.
+//!   in flight, comparable with raw-uring;
+//! - optimistic: `read_optimistic`, no pin at all on a hit;
+//! - transparent: plain loads from a transparent mapping, exactly the mmap system's loop, so
+//!   the two differ only in who serves the faults.
 
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ pub enum Mode {
     Explicit,
     Prefetch,
     Optimistic,
+    Transparent,
 }
 
 pub struct Ucache {
@@ -42,7 +44,13 @@ impl Ucache {
         };
         let path = p.path.to_str().ok_or("data file path is not UTF-8")?;
         let map = cache
-            .map(store, path, MapOptions::new().buffer_size(p.buffer_size))
+            .map(
+                store,
+                path,
+                MapOptions::new()
+                    .buffer_size(p.buffer_size)
+                    .transparent(mode == Mode::Transparent),
+            )
             .map_err(|e| format!("Cache::map: {e}"))?;
         Ok(Ucache { cache, map, mode })
     }
@@ -85,6 +93,23 @@ impl Ucache {
         Ok(())
     }
 
+    fn transparent(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
+        let bs = self.map.buffer_size();
+        let base = self.map.as_ptr();
+        while ctx.running() {
+            let t = ctx.sample();
+            let idx = ctx.next_index();
+            let off = idx as usize * bs;
+            assert!(off as u64 + bs as u64 <= self.map.len());
+            // SAFETY: in bounds of a live read-only transparent mapping: plain loads are what
+            // it is for (a miss faults into ucache and the load runs again).
+            let buf = unsafe { std::slice::from_raw_parts(base.add(off), bs) };
+            ctx.touch(buf, idx);
+            ctx.done(1, t);
+        }
+        Ok(())
+    }
+
     fn prefetch(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
         let mut indices = [0u64; BATCH];
         while ctx.running() {
@@ -112,6 +137,7 @@ impl System for Ucache {
             Mode::Explicit => self.explicit(ctx),
             Mode::Prefetch => self.prefetch(ctx),
             Mode::Optimistic => self.optimistic(ctx),
+            Mode::Transparent => self.transparent(ctx),
         }
     }
 
@@ -121,6 +147,7 @@ impl System for Ucache {
             ("hits", s.hits),
             ("misses", s.misses),
             ("evictions", s.evictions),
+            ("faults", s.faults),
         ]
     }
 
