@@ -10,6 +10,20 @@ use std::sync::Arc;
 
 use crate::error::Error;
 
+/// Who serves the faults of a transparent mapping.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FaultHandling {
+    /// The faulting thread itself, in its `SIGBUS` handler (fastest). Accesses the kernel
+    /// makes on the program's behalf (a mapping pointer passed to `write(2)`) fail with
+    /// `EFAULT` while their buffer is not resident: make it resident first (`ensure_cached`,
+    /// a pin), or use [`FaultHandling::HandlerThreads`].
+    #[default]
+    OnFaultingThread,
+    /// Handler threads reading the userfaultfd: every kind of fault is served, kernel-mode
+    /// accesses included, at the cost of a hand-off between threads per fault.
+    HandlerThreads(usize),
+}
+
 /// The hook's verdict on a fault that could not be served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultAction {

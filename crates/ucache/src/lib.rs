@@ -13,6 +13,7 @@
 mod cache;
 pub mod error;
 mod fault;
+mod fault_thread;
 mod guard;
 mod io_worker;
 mod mapping;
@@ -28,7 +29,7 @@ mod uffd;
 
 pub use cache::{Cache, CacheOptions, DEFAULT_BATCH};
 pub use error::{Error, Result};
-pub use fault::{FaultAction, FaultHook};
+pub use fault::{FaultAction, FaultHandling, FaultHook};
 pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};
 pub use mapping::{MapOptions, Mapping, UnmapError};
 pub use stats::{StatsSnapshot, LATENCY_BUCKETS};

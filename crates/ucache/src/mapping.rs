@@ -24,7 +24,8 @@ use std::time::Instant;
 
 use crate::cache::CacheCore;
 use crate::error::{Error, Result};
-use crate::fault::{FaultAction, FaultHook};
+use crate::fault::{FaultAction, FaultHandling, FaultHook};
+use crate::fault_thread::FaultThreads;
 use crate::guard::{ExclusiveGuard, OptimisticView, SharedGuard};
 use crate::io_worker::Job;
 use crate::policy::{Buffers, Clock, Guarded, Layout, Policy};
@@ -49,6 +50,7 @@ pub struct MapOptions {
     create: bool,
     policy: Option<Box<dyn Policy>>,
     transparent: bool,
+    fault_handling: FaultHandling,
     fault_hook: Option<FaultHook>,
 }
 
@@ -62,6 +64,7 @@ impl Default for MapOptions {
             create: false,
             policy: None,
             transparent: false,
+            fault_handling: FaultHandling::default(),
             fault_hook: None,
         }
     }
@@ -113,6 +116,11 @@ impl MapOptions {
         self.transparent = transparent;
         self
     }
+    /// Who serves a transparent mapping's faults (default: the faulting thread itself).
+    pub fn fault_handling(mut self, handling: FaultHandling) -> Self {
+        self.fault_handling = handling;
+        self
+    }
     /// What a transparent mapping does when a fault cannot be served (an IO error, a write to
     /// a read-only mapping); default: `SIGBUS`, as mmap. See [`FaultHook`].
     pub fn on_fault_error(mut self, hook: FaultHook) -> Self {
@@ -142,8 +150,11 @@ pub(crate) struct MappingCore {
     resident: AtomicU64,
     unmapped: AtomicBool,
     fault_hook: Option<FaultHook>,
+    fault_handling: FaultHandling,
     /// Where the SIGBUS handler finds a transparent mapping; set once it is in an `Arc`.
     registration: std::sync::OnceLock<Registration>,
+    /// The handler threads of a transparent mapping in compatibility mode.
+    fault_threads: std::sync::OnceLock<FaultThreads>,
 }
 
 impl MappingCore {
@@ -222,7 +233,8 @@ impl MappingCore {
                     "transparent mappings need x86-64 (the write bit of the fault)".into(),
                 ));
             }
-            Region::reserve_transparent(bytes, bs.min(2 << 20))?
+            let sigbus = o.fault_handling == FaultHandling::OnFaultingThread;
+            Region::reserve_transparent(bytes, bs.min(2 << 20), sigbus)?
         } else {
             Region::reserve(bytes, bs.min(2 << 20))?
         };
@@ -255,15 +267,28 @@ impl MappingCore {
             resident: AtomicU64::new(0),
             unmapped: AtomicBool::new(false),
             fault_hook: o.fault_hook,
+            fault_handling: o.fault_handling,
             registration: std::sync::OnceLock::new(),
+            fault_threads: std::sync::OnceLock::new(),
         })
     }
 
-    /// Makes the SIGBUS handler serve this mapping's faults (transparent mappings only).
+    /// Connects a transparent mapping to whoever serves its faults: the SIGBUS handler, or
+    /// its own handler threads.
     pub(crate) fn register_faults(self: &Arc<Self>) -> Result<()> {
-        if self.region.is_transparent() {
-            let r = crate::sigbus::register(self, self.base() as usize, self.region.len())?;
-            let _ = self.registration.set(r);
+        let Some(u) = self.region.uffd() else {
+            return Ok(());
+        };
+        let base = self.base() as usize;
+        match self.fault_handling {
+            FaultHandling::OnFaultingThread => {
+                let r = crate::sigbus::register(self, base, self.region.len())?;
+                let _ = self.registration.set(r);
+            }
+            FaultHandling::HandlerThreads(n) => {
+                let t = crate::fault_thread::spawn(self, u.clone(), base, n);
+                let _ = self.fault_threads.set(t);
+            }
         }
         Ok(())
     }

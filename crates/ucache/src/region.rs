@@ -10,6 +10,7 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::uffd::{self, Uffd};
@@ -25,7 +26,7 @@ pub(crate) struct Region {
     base: *mut u8,
     len: usize,
     /// Set for transparent mappings: absent pages and writes to clean pages fault into ucache.
-    uffd: Option<Uffd>,
+    uffd: Option<Arc<Uffd>>,
 }
 
 // SAFETY: the region is plain memory; which thread may touch which buffer of it is governed by
@@ -75,16 +76,27 @@ impl Region {
         })
     }
 
-    /// Reserves a region whose faults are delivered as `SIGBUS` to the faulting thread:
-    /// missing pages, and writes to write-protected (clean) pages.
-    pub(crate) fn reserve_transparent(len: usize, align: usize) -> Result<Region> {
+    /// Reserves a region whose faults go to ucache: missing pages, and writes to
+    /// write-protected (clean) pages. With `sigbus` they are delivered as `SIGBUS` to the
+    /// faulting thread; otherwise they queue on the userfaultfd for a handler thread.
+    pub(crate) fn reserve_transparent(len: usize, align: usize, sigbus: bool) -> Result<Region> {
         let mut r = Region::reserve(len, align.max(4096))?;
         let os = |call| move |e| Error::Os { call, source: e };
-        let u = Uffd::open(uffd::FEATURE_SIGBUS | uffd::FEATURE_PAGEFAULT_FLAG_WP)
-            .map_err(os("userfaultfd"))?;
+        let delivery = if sigbus {
+            uffd::FEATURE_SIGBUS
+        } else {
+            uffd::FEATURE_THREAD_ID
+        };
+        let u =
+            Uffd::open(delivery | uffd::FEATURE_PAGEFAULT_FLAG_WP).map_err(os("userfaultfd"))?;
         u.register(r.base, r.len).map_err(os("UFFDIO_REGISTER"))?;
-        r.uffd = Some(u);
+        r.uffd = Some(Arc::new(u));
         Ok(r)
+    }
+
+    /// The userfaultfd of a transparent region, for its handler threads.
+    pub(crate) fn uffd(&self) -> Option<&Arc<Uffd>> {
+        self.uffd.as_ref()
     }
 
     pub(crate) fn is_transparent(&self) -> bool {

@@ -17,6 +17,12 @@ const UFFD_API: u64 = 0xAA;
 
 pub(crate) const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
 pub(crate) const FEATURE_SIGBUS: u64 = 1 << 7;
+pub(crate) const FEATURE_THREAD_ID: u64 = 1 << 8;
+
+/// `UFFD_EVENT_PAGEFAULT`: the only event a registration without event features reports.
+pub(crate) const EVENT_PAGEFAULT: u8 = 0x12;
+/// Set in a page-fault message for a write access.
+pub(crate) const PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
 
 const REGISTER_MODE_MISSING: u64 = 1 << 0;
 const REGISTER_MODE_WP: u64 = 1 << 1;
@@ -59,12 +65,31 @@ struct WriteProtect {
     mode: u64,
 }
 
+/// `struct uffd_msg` as a page fault fills it (32 bytes; other events share the layout).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Msg {
+    pub event: u8,
+    _reserved1: u8,
+    _reserved2: u16,
+    _reserved3: u32,
+    pub flags: u64,
+    pub address: u64,
+    /// The faulting thread, with `FEATURE_THREAD_ID`.
+    pub ptid: u32,
+    _pad: u32,
+}
+
+const fn ior(nr: u64, size: usize) -> u64 {
+    (2 << 30) | ((size as u64) << 16) | (UFFD_API << 8) | nr
+}
 const fn iowr(nr: u64, size: usize) -> u64 {
     (3 << 30) | ((size as u64) << 16) | (UFFD_API << 8) | nr
 }
 
 const UFFDIO_API: u64 = iowr(0x3F, std::mem::size_of::<Api>());
 const UFFDIO_REGISTER: u64 = iowr(0x00, std::mem::size_of::<Register>());
+const UFFDIO_WAKE: u64 = ior(0x02, std::mem::size_of::<Range>());
 const UFFDIO_COPY: u64 = iowr(0x03, std::mem::size_of::<Copy>());
 const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, std::mem::size_of::<WriteProtect>());
 
@@ -166,6 +191,55 @@ impl Uffd {
     }
 }
 
+impl Uffd {
+    /// Wakes threads blocked on faults in `[start, start+len)` without changing the pages.
+    pub(crate) fn wake(&self, start: *mut u8, len: usize) -> io::Result<()> {
+        let mut r = Range {
+            start: start as u64,
+            len: len as u64,
+        };
+        ioctl(self.fd.as_raw_fd(), UFFDIO_WAKE, &mut r)
+    }
+
+    /// Waits up to `timeout_ms` for a fault message; `None` if none came.
+    pub(crate) fn next_msg(&self, timeout_ms: i32) -> io::Result<Option<Msg>> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one pollfd we own.
+        let r = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::Interrupted => Ok(None),
+                _ => Err(e),
+            };
+        }
+        if r == 0 {
+            return Ok(None);
+        }
+        let mut m = Msg::default();
+        // SAFETY: reads at most size_of::<Msg>() bytes into a plain-old-data struct we own.
+        let n = unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                &mut m as *mut Msg as *mut libc::c_void,
+                std::mem::size_of::<Msg>(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        Ok(Some(m))
+    }
+}
+
 fn ioctl<T>(fd: RawFd, req: u64, arg: &mut T) -> io::Result<()> {
     // SAFETY: every request code above is paired with the struct type the kernel expects for
     // it, and `arg` is a valid, exclusively borrowed instance of that struct.
@@ -187,6 +261,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<Register>(), 32);
         assert_eq!(std::mem::size_of::<Copy>(), 40);
         assert_eq!(std::mem::size_of::<WriteProtect>(), 24);
+        assert_eq!(std::mem::size_of::<Msg>(), 32);
+        assert_eq!(UFFDIO_WAKE, 0x8010_AA02);
         // Values from <linux/userfaultfd.h> as compiled on x86-64.
         assert_eq!(UFFDIO_API, 0xC018_AA3F);
         assert_eq!(UFFDIO_REGISTER, 0xC020_AA00);

@@ -113,3 +113,50 @@ fn plain_stores_are_written_back_and_survive_eviction() {
         );
     }
 }
+
+#[test]
+fn stores_racing_explicit_eviction_are_never_lost() {
+    let store = MemoryStore::new();
+    store.insert("t", vec![0u8; 4 * BS]);
+    let cache = Cache::new(CacheOptions::new(4 * BS as u64).batch(1)).unwrap();
+    let m = cache
+        .map(
+            Arc::new(store.clone()),
+            "t",
+            MapOptions::new().transparent(true).writable(true),
+        )
+        .unwrap();
+    let w = words(&m);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut n = 0u64;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                // Dirty buffers are written back first; a store racing the write-back or the
+                // drop must either land before it (and be written) or fault and wait.
+                m.evict(0, BS as u64).unwrap();
+            }
+        });
+        let t0 = std::time::Instant::now();
+        while cache.stats().evictions < 200 && t0.elapsed().as_secs() < 10 {
+            for _ in 0..100 {
+                n += 1;
+                w[0].store(n, Ordering::Relaxed);
+                w[1].store(n, Ordering::Relaxed);
+                assert_eq!(w[0].load(Ordering::Relaxed), n);
+                std::thread::yield_now();
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert!(n > 0);
+    let (first, second) = (w[0].load(Ordering::Relaxed), w[1].load(Ordering::Relaxed));
+    assert_eq!((first, second), (n, n));
+    let n_final = n;
+    m.msync(0, m.len()).unwrap();
+    let d = store.get("t").unwrap();
+    assert_eq!(u64::from_le_bytes(d[..8].try_into().unwrap()), n_final);
+    assert_eq!(u64::from_le_bytes(d[8..16].try_into().unwrap()), n_final);
+    let st = cache.stats();
+    assert!(st.evictions >= 200 && st.writebacks >= 200, "{st:?}");
+}

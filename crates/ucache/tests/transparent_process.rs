@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ucache::store::{FaultStore, FileStore, MemoryStore};
-use ucache::{Cache, CacheOptions, FaultAction, MapOptions};
+use ucache::{Cache, CacheOptions, FaultAction, FaultHandling, MapOptions};
 
 const BS: usize = 4096;
 const CHILD: &str = "UCACHE_TRANSPARENT_CHILD";
@@ -211,6 +211,68 @@ fn kernel_mode_access_to_a_missing_buffer_is_efault_until_cached() {
         libc::close(fds[0]);
         libc::close(fds[1]);
     }
+}
+
+#[test]
+fn handler_threads_serve_kernel_mode_accesses() {
+    let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
+    let m = cache
+        .map(
+            Arc::new(filled_store(4)),
+            "t",
+            MapOptions::new()
+                .transparent(true)
+                .fault_handling(FaultHandling::HandlerThreads(1)),
+        )
+        .unwrap();
+    let f = tempfile::tempfile().unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    // SAFETY: write(2) straight from a buffer that is not resident: the kernel's own access
+    // faults, blocks, and is served by the handler thread.
+    let r = unsafe { libc::write(fd, m.as_ptr().add(BS) as *const libc::c_void, 2 * BS) };
+    assert_eq!(r, 2 * BS as isize);
+    let mut back = vec![0u8; 2 * BS];
+    // SAFETY: pread(2) into a local buffer.
+    let n = unsafe { libc::pread(fd, back.as_mut_ptr() as *mut libc::c_void, 2 * BS, 0) };
+    assert_eq!(n, 2 * BS as isize);
+    assert!(back
+        .iter()
+        .enumerate()
+        .all(|(k, &b)| b == ((k + BS) % 251) as u8));
+    assert_eq!(read(m.as_ptr()), 0, "user-mode faults are served too");
+}
+
+#[test]
+fn handler_threads_deliver_sigbus_on_io_error() {
+    if mode().as_deref() == Some("thread-ioerror") {
+        let store = FaultStore::new(Arc::new(filled_store(4)));
+        store.config().fail_reads.store(true, Ordering::Relaxed);
+        let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
+        let m = cache
+            .map(
+                Arc::new(store),
+                "t",
+                MapOptions::new()
+                    .transparent(true)
+                    .fault_handling(FaultHandling::HandlerThreads(1)),
+            )
+            .unwrap();
+        println!("about to read");
+        read(m.as_ptr());
+        println!("survived");
+        std::process::exit(0);
+    }
+    let out = child(
+        "handler_threads_deliver_sigbus_on_io_error",
+        "thread-ioerror",
+        &[],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("about to read") && !stdout.contains("survived"),
+        "{stdout}"
+    );
+    assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{:?}", out.status);
 }
 
 const C_SOURCE: &str = r#"

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use ucache::store::MemoryStore;
-use ucache::{Cache, CacheOptions, MapOptions};
+use ucache::{Cache, CacheOptions, FaultHandling, MapOptions};
 
 const THREADS: u64 = 8;
 
-fn run(bs: usize, budget_buffers: u64, seconds: u64) {
+fn run(bs: usize, budget_buffers: u64, seconds: u64, handling: FaultHandling) {
     let buffers = budget_buffers * 16;
     let words_per = bs / 8;
     let store = MemoryStore::new();
@@ -32,6 +32,7 @@ fn run(bs: usize, budget_buffers: u64, seconds: u64) {
             MapOptions::new()
                 .buffer_size(bs)
                 .transparent(true)
+                .fault_handling(handling)
                 .writable(true),
         )
         .unwrap();
@@ -103,10 +104,30 @@ fn run(bs: usize, budget_buffers: u64, seconds: u64) {
 
 #[test]
 fn plain_stores_stress_4k() {
-    run(4096, 64, if cfg!(debug_assertions) { 4 } else { 8 });
+    run(
+        4096,
+        64,
+        if cfg!(debug_assertions) { 4 } else { 8 },
+        FaultHandling::OnFaultingThread,
+    );
+}
+
+#[test]
+fn plain_stores_stress_handler_threads() {
+    run(
+        4096,
+        64,
+        if cfg!(debug_assertions) { 3 } else { 6 },
+        FaultHandling::HandlerThreads(2),
+    );
 }
 
 #[test]
 fn plain_stores_stress_multi_page_buffers() {
-    run(16384, 32, if cfg!(debug_assertions) { 3 } else { 6 });
+    run(
+        16384,
+        32,
+        if cfg!(debug_assertions) { 3 } else { 6 },
+        FaultHandling::OnFaultingThread,
+    );
 }

@@ -1,0 +1,76 @@
+//! Handler threads for transparent mappings in compatibility mode.
+//!
+//! In the default mode a fault is served by the faulting thread inside its `SIGBUS` handler,
+//! but the kernel cannot do that for its own accesses to user memory (`write(2)` from a
+//! mapping): those fail with `EFAULT`. Without `UFFD_FEATURE_SIGBUS` every fault, the kernel's
+//! included, blocks its thread and queues a message on the userfaultfd instead; these threads
+//! read the messages, serve each fault with the same protocol (`MappingCore::fault`), and wake
+//! the blocked thread. Several threads read the same descriptor, so one slow load does not hold
+//! up faults on other buffers; duplicate messages for one buffer are harmless, since only one
+//! thread can win its load.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use crate::mapping::MappingCore;
+use crate::uffd::{self, Uffd};
+
+/// How long a handler thread waits for a fault before checking whether it should stop.
+const POLL_MS: i32 = 50;
+
+/// The handler threads of one mapping; they stop when this is dropped.
+pub(crate) struct FaultThreads {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for FaultThreads {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Starts `n` handler threads for `core`, whose region starts at `base`.
+pub(crate) fn spawn(core: &Arc<MappingCore>, u: Arc<Uffd>, base: usize, n: usize) -> FaultThreads {
+    let stop = Arc::new(AtomicBool::new(false));
+    for k in 0..n.max(1) {
+        let (weak, u, stop) = (Arc::downgrade(core), u.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name(format!("ucache-fault-{k}"))
+            .spawn(move || serve(weak, &u, base, &stop))
+            .expect("spawning a fault handler thread");
+    }
+    FaultThreads { stop }
+}
+
+fn serve(weak: Weak<MappingCore>, u: &Uffd, base: usize, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let msg = match u.next_msg(POLL_MS) {
+            Ok(Some(m)) if m.event == uffd::EVENT_PAGEFAULT => m,
+            Ok(_) => continue,
+            Err(_) => return,
+        };
+        let Some(core) = weak.upgrade() else { return };
+        let addr = msg.address as usize;
+        let write = msg.flags & uffd::PAGEFAULT_FLAG_WRITE != 0;
+        if let Err(e) = core.fault(addr - base, write) {
+            if !core.fault_failed(addr, &e) {
+                // As mmap would: SIGBUS to the thread that faulted. It is woken below, takes
+                // the signal on its way back to user mode, and dies of it unless it handles it.
+                // SAFETY: tgkill(2) to a thread of our own process.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_tgkill,
+                        libc::getpid(),
+                        msg.ptid as libc::c_int,
+                        libc::SIGBUS,
+                    );
+                }
+            }
+        }
+        // A fault that found its buffer already served changed nothing that wakes the
+        // faulting thread: wake the whole buffer explicitly.
+        let bs = core.buffer_size();
+        let start = (addr - base) & !(bs - 1);
+        let _ = u.wake((base + start) as *mut u8, bs);
+    }
+}
