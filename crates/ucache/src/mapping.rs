@@ -334,6 +334,18 @@ impl MappingCore {
     fn stats(&self) -> &crate::stats::Stats {
         &self.cache.stats
     }
+    /// A start time for a profiled phase, if fault profiling is on.
+    #[inline]
+    fn clock(&self) -> Option<Instant> {
+        (self.cache.profile && self.region.is_transparent()).then(Instant::now)
+    }
+    /// Adds the time since `t` (from [`MappingCore::clock`]) to `counter`.
+    #[inline]
+    fn lap(&self, t: Option<Instant>, counter: Counter) {
+        if let Some(t) = t {
+            self.stats().add(counter, t.elapsed().as_nanos() as u64);
+        }
+    }
 
     /// The state word of buffer `i`, or the error for an index past the end: the one bounds
     /// check of the access paths.
@@ -481,10 +493,12 @@ impl MappingCore {
         }
         // Claim first, reserve second: a thread that saw the buffer evicted a moment ago must
         // not evict others (or this very buffer, once loaded by someone else) for nothing.
+        let t = self.clock();
         if let Err(e) = self.cache.reserve(self.bs as u64) {
             let _ = s.update(|w| Some(w.abort_load()));
             return Err(e);
         }
+        self.lap(t, Counter::FaultEvictNs);
         self.resident.fetch_add(1, Ordering::Relaxed);
         let t0 = Instant::now();
         match self.read_claimed(i, dirty) {
@@ -516,10 +530,15 @@ impl MappingCore {
         with_staging(self.bs, |p| {
             // SAFETY: the staging area is this thread's and at least bs long.
             let buf = unsafe { std::slice::from_raw_parts_mut(p, self.bs) };
+            let t = self.clock();
             let got = self.object.read_at(buf, off);
+            self.lap(t, Counter::FaultIoNs);
             self.check_read(i, got.map(|n| zero_tail(buf, n)))?;
+            let t = self.clock();
             // SAFETY: buf is readable; buffer i is Loading and ours.
-            unsafe { self.region.install(at, p, self.bs, writable) }
+            let r = unsafe { self.region.install(at, p, self.bs, writable) };
+            self.lap(t, Counter::FaultInstallNs);
+            r
         })?
     }
 
@@ -619,6 +638,19 @@ impl MappingCore {
             return Err(Error::ReadOnly);
         }
         self.stats().add(Counter::Faults, 1);
+        let t = self.clock();
+        let r = self.serve_fault(s, i, offset, write);
+        self.lap(t, Counter::FaultNs);
+        r
+    }
+
+    fn serve_fault(
+        self: &Arc<Self>,
+        s: &BufferState,
+        i: u64,
+        offset: usize,
+        write: bool,
+    ) -> Result<()> {
         let mut w = s.load();
         loop {
             match w.phase() {

@@ -66,6 +66,10 @@ counters! {
     prefetch_wasted: "Prefetched buffers evicted without ever being pinned.",
     faults: "Faults served on transparent mappings (misses and first writes).",
     write_faults: "First writes to clean buffers of transparent mappings (dirty tracking).",
+    fault_ns: "With `profile_faults`: time spent serving faults, in total.",
+    fault_evict_ns: "With `profile_faults`: of that, making room (eviction).",
+    fault_io_ns: "With `profile_faults`: of that, reading from the store.",
+    fault_install_ns: "With `profile_faults`: of that, installing pages (UFFDIO_COPY).",
 }
 
 /// The live counters of one cache.
@@ -112,6 +116,10 @@ pub(crate) enum Counter {
     PrefetchWasted,
     Faults,
     WriteFaults,
+    FaultNs,
+    FaultEvictNs,
+    FaultIoNs,
+    FaultInstallNs,
 }
 
 impl Stats {
@@ -149,6 +157,10 @@ impl Stats {
             Counter::PrefetchWasted => &s.prefetch_wasted,
             Counter::Faults => &s.faults,
             Counter::WriteFaults => &s.write_faults,
+            Counter::FaultNs => &s.fault_ns,
+            Counter::FaultEvictNs => &s.fault_evict_ns,
+            Counter::FaultIoNs => &s.fault_io_ns,
+            Counter::FaultInstallNs => &s.fault_install_ns,
         };
         Self::bump(a, n, owned);
     }

@@ -38,6 +38,9 @@ pub enum SystemKind {
     /// ucache as a drop-in for mmap: plain loads on a transparent mapping, misses served by
     /// its SIGBUS handler on the faulting thread.
     UcacheTransparent,
+    /// The same, in compatibility mode: faults queue on the userfaultfd and handler threads
+    /// (as many as workload threads) serve them.
+    UcacheTransparentThreads,
     /// The whole file copied into an anonymous array first: the in-memory upper bound (only
     /// meaningful when the data fits in the budget).
     Array,
@@ -52,11 +55,12 @@ pub enum SystemKind {
 }
 
 impl SystemKind {
-    pub const ALL: [SystemKind; 9] = [
+    pub const ALL: [SystemKind; 10] = [
         SystemKind::UcacheExplicit,
         SystemKind::UcachePrefetch,
         SystemKind::UcacheOptimistic,
         SystemKind::UcacheTransparent,
+        SystemKind::UcacheTransparentThreads,
         SystemKind::Array,
         SystemKind::Mmap,
         SystemKind::Pread,
@@ -70,6 +74,7 @@ impl SystemKind {
             SystemKind::UcachePrefetch => "ucache-prefetch",
             SystemKind::UcacheOptimistic => "ucache-optimistic",
             SystemKind::UcacheTransparent => "ucache-transparent",
+            SystemKind::UcacheTransparentThreads => "ucache-transparent-threads",
             SystemKind::Array => "array",
             SystemKind::Mmap => "mmap",
             SystemKind::Pread => "pread",
@@ -100,6 +105,7 @@ impl SystemKind {
                 | SystemKind::UcachePrefetch
                 | SystemKind::UcacheOptimistic
                 | SystemKind::UcacheTransparent
+                | SystemKind::UcacheTransparentThreads
         )
     }
 }
@@ -173,6 +179,9 @@ pub fn open(kind: SystemKind, p: &Params) -> Result<Box<dyn System>, String> {
         }
         SystemKind::UcacheTransparent => {
             Box::new(ucache::Ucache::open(p, ucache::Mode::Transparent)?)
+        }
+        SystemKind::UcacheTransparentThreads => {
+            Box::new(ucache::Ucache::open(p, ucache::Mode::TransparentThreads)?)
         }
         SystemKind::Array => Box::new(array::Array::open(p)?),
         SystemKind::Mmap => Box::new(mmap::Mmap::open(p)?),
