@@ -78,6 +78,8 @@ pub fn run(args: &DemoArgs) -> Result<Outcome, String> {
             SystemKind::RawUring,
         ],
         no_cgroup: args.no_cgroup,
+        sweep_buffer_size: Vec::new(),
+        sweep_memory: Vec::new(),
     };
     println!("{INTRO}");
     let outcome = bench::run(&bench)?;

@@ -58,7 +58,7 @@ fn finish(outcome: Result<bench::Outcome, String>) -> ExitCode {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
-        Cmd::Bench(args) => finish(bench::run(&args)),
+        Cmd::Bench(args) => finish(bench::run_or_sweep(&args)),
         Cmd::Demo(args) => finish(demo::run(&args)),
         Cmd::BenchWorker(args) => match bench::worker::run(&args) {
             Ok(r) => {

@@ -13,6 +13,7 @@ pub mod datafile;
 pub mod latency;
 pub mod plot;
 pub mod report;
+pub mod sweep;
 pub mod system;
 pub mod worker;
 pub mod workload;
@@ -82,6 +83,14 @@ pub struct BenchArgs {
     /// Run mmap and pread without a memory cgroup (they may then cache the whole file).
     #[arg(long)]
     pub no_cgroup: bool,
+    /// Repeat the benchmark at each of these buffer sizes (comma-separated) and draw
+    /// throughput against buffer size (the paper's Figure 6).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    pub sweep_buffer_size: Vec<u64>,
+    /// Repeat the benchmark at each of these memory budgets (comma-separated) and draw
+    /// throughput against the budget (the paper's Figure 8).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    pub sweep_memory: Vec<u64>,
 }
 
 /// What a finished benchmark hands back to `main` and `demo`.
@@ -139,6 +148,14 @@ impl BenchArgs {
         })
     }
 
+    /// The sweep's line plot: `--plot`, else next to the JSON, else ./ucache-sweep.svg.
+    pub fn sweep_plot_path(&self) -> PathBuf {
+        self.plot.clone().unwrap_or_else(|| match &self.json {
+            Some(j) => j.with_extension("svg"),
+            None => PathBuf::from("ucache-sweep.svg"),
+        })
+    }
+
     /// Systems in the order given, each once.
     fn systems(&self) -> Vec<SystemKind> {
         let mut out = Vec::new();
@@ -162,6 +179,14 @@ fn bytes_bar(len: u64, what: &str) -> ProgressBar {
     );
     pb.set_message(what.to_string());
     pb
+}
+
+/// Runs the benchmark, or the sweep of benchmarks the arguments ask for.
+pub fn run_or_sweep(args: &BenchArgs) -> Result<Outcome, String> {
+    match sweep::requested(args)? {
+        Some((param, values)) => sweep::run(args, param, &values),
+        None => run(args),
+    }
 }
 
 /// Runs the benchmark: prints the preamble and the table on stdout, writes JSON and plot.

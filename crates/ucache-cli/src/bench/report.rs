@@ -272,7 +272,7 @@ pub fn cache_stats(results: &[SystemResult]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn run(sys: SystemKind, ops_per_sec: f64) -> RunResult {
