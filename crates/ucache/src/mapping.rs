@@ -37,7 +37,7 @@ use crate::stats::Counter;
 use crate::store::{IoBuf, Object, OpenOptions, Store};
 
 mod aside;
-use aside::AsideQueue;
+use aside::AsidePool;
 
 const MIN_BUFFER: usize = 4096;
 const MAX_BUFFER: usize = 1 << 30;
@@ -126,13 +126,13 @@ impl MapOptions {
         self.fault_handling = handling;
         self
     }
-    /// Transparent mappings only: give eviction candidates a second chance by setting their
-    /// pages aside first (on by default where the kernel has `UFFDIO_MOVE`). Plain loads never
-    /// tell ucache which buffers are in use, so CLOCK-like policies would see no accesses at
-    /// all; a buffer the policy picks is moved out of the mapping instead of dropped, and a
-    /// touch brings it back without IO and counts as an access (sets the referenced bit, calls
-    /// `on_hit`). Costs one page move per evicted buffer and a soft fault per touch of a
-    /// set-aside buffer; turn it off for workloads no policy can help (uniform random).
+    /// Transparent mappings only: give eviction candidates a second chance by setting them
+    /// aside first (on by default). Plain loads never tell ucache which buffers are in use, so
+    /// CLOCK-like policies would see no accesses at all; a buffer the policy picks is copied
+    /// into a small pool and dropped from the mapping, and a touch brings it back without IO
+    /// and counts as an access (sets the referenced bit, calls `on_hit`). The pool takes about
+    /// a sixteenth of the budget; each eviction costs a buffer copy, each touch of a set-aside
+    /// buffer a soft fault. Turn it off for workloads no policy can help (uniform random).
     pub fn track_access(mut self, on: bool) -> Self {
         self.track_access = on;
         self
@@ -171,8 +171,8 @@ pub(crate) struct MappingCore {
     registration: std::sync::OnceLock<Registration>,
     /// The handler threads of a transparent mapping in compatibility mode.
     fault_threads: std::sync::OnceLock<FaultThreads>,
-    /// Set-aside buffers, oldest first (transparent mappings that track access).
-    aside: Option<AsideQueue>,
+    /// Slots and queue of set-aside buffers (transparent mappings that track access).
+    aside: Option<AsidePool>,
 }
 
 impl MappingCore {
@@ -252,7 +252,7 @@ impl MappingCore {
                 ));
             }
             let sigbus = o.fault_handling == FaultHandling::OnFaultingThread;
-            Region::reserve_transparent(bytes, bs.min(2 << 20), sigbus, o.track_access)?
+            Region::reserve_transparent(bytes, bs.min(2 << 20), sigbus)?
         } else {
             Region::reserve(bytes, bs.min(2 << 20))?
         };
@@ -268,7 +268,15 @@ impl MappingCore {
                 buffer_size: bs,
             },
         );
-        let aside = region.has_shadow().then(AsideQueue::default);
+        let budget_buffers = cache.budget_bytes() / bs as u64;
+        let slots = AsidePool::slots_for(budget_buffers, nbuf, cache.batch());
+        let aside = if o.transparent && o.track_access && slots > 0 {
+            let pool = AsidePool::new(slots, bs, nbuf)?;
+            cache.reserve(pool.bytes())?;
+            Some(pool)
+        } else {
+            None
+        };
         Ok(MappingCore {
             id,
             policy_hits: policy.wants_hits(),
@@ -1132,14 +1140,9 @@ impl MappingCore {
                 .map(|&i| ((i << self.shift) as usize, self.bs))
                 .collect()
         };
-        if !aside.is_empty() {
-            if let Err(e) = self.region.drop_aside(&ranges(&aside)) {
-                for &i in &aside {
-                    let _ = self.state(i).update(|w| Some(w.finish_aside()));
-                }
-                aside.clear();
-                failure = failure.or(Some((0, e)));
-            }
+        if let Some(pool) = &self.aside {
+            // Set-aside buffers have no pages in the mapping: freeing the slot is all.
+            aside.iter().for_each(|&i| pool.release(i));
         }
         if !clean.is_empty() {
             if let Err(e) = self.region.drop_ranges(&ranges(&clean)) {
@@ -1215,6 +1218,9 @@ impl Drop for MappingCore {
         let left = self.resident.load(Ordering::Relaxed);
         if left > 0 {
             self.cache.release(left * self.bs as u64);
+        }
+        if let Some(pool) = &self.aside {
+            self.cache.release(pool.bytes());
         }
     }
 }

@@ -27,10 +27,6 @@ pub(crate) struct Region {
     len: usize,
     /// Set for transparent mappings: absent pages and writes to clean pages fault into ucache.
     uffd: Option<Arc<Uffd>>,
-    /// Where a transparent region's buffers are set aside (see [`Region::set_aside`]): a second
-    /// range of the same shape, registered with the same userfaultfd so pages can move between
-    /// the two. Absent when the kernel has no `UFFDIO_MOVE` or tracking is off.
-    shadow: Option<Box<Region>>,
 }
 
 // SAFETY: the region is plain memory; which thread may touch which buffer of it is governed by
@@ -77,21 +73,13 @@ impl Region {
             base,
             len,
             uffd: None,
-            shadow: None,
         })
     }
 
     /// Reserves a region whose faults go to ucache: missing pages, and writes to
     /// write-protected (clean) pages. With `sigbus` they are delivered as `SIGBUS` to the
     /// faulting thread; otherwise they queue on the userfaultfd for a handler thread.
-    /// With `shadow`, also reserves the range that buffers are set aside to, if the kernel can
-    /// move pages (`UFFDIO_MOVE`, Linux 6.8).
-    pub(crate) fn reserve_transparent(
-        len: usize,
-        align: usize,
-        sigbus: bool,
-        shadow: bool,
-    ) -> Result<Region> {
+    pub(crate) fn reserve_transparent(len: usize, align: usize, sigbus: bool) -> Result<Region> {
         let mut r = Region::reserve(len, align.max(4096))?;
         let os = |call| move |e| Error::Os { call, source: e };
         let delivery = if sigbus {
@@ -99,69 +87,11 @@ impl Region {
         } else {
             uffd::FEATURE_THREAD_ID
         };
-        let optional = if shadow { uffd::FEATURE_MOVE } else { 0 };
-        let (u, got) = Uffd::open_with(delivery | uffd::FEATURE_PAGEFAULT_FLAG_WP, optional)
-            .map_err(os("userfaultfd"))?;
+        let u =
+            Uffd::open(delivery | uffd::FEATURE_PAGEFAULT_FLAG_WP).map_err(os("userfaultfd"))?;
         u.register(r.base, r.len).map_err(os("UFFDIO_REGISTER"))?;
-        if got & uffd::FEATURE_MOVE != 0 {
-            let sh = Region::reserve(len, align.max(4096))?;
-            u.register(sh.base, sh.len).map_err(os("UFFDIO_REGISTER"))?;
-            r.shadow = Some(Box::new(sh));
-        }
         r.uffd = Some(Arc::new(u));
         Ok(r)
-    }
-
-    /// Whether buffers of this region can be set aside.
-    pub(crate) fn has_shadow(&self) -> bool {
-        self.shadow.is_some()
-    }
-
-    /// Moves the pages of `[offset, offset+len)` into the shadow range without copying them:
-    /// the next access to them faults, which tells ucache the buffer is still in use (the
-    /// accessed bit userspace cannot read), and [`Region::restore`] brings them back without IO.
-    /// On failure the range is dropped from both places: the caller must only set aside clean
-    /// buffers, whose data the store still has.
-    pub(crate) fn set_aside(&self, offset: usize, len: usize) -> Result<()> {
-        let (u, sh) = self.aside_parts();
-        // SAFETY: both ranges are page-aligned, registered with `u`, and the caller owns the
-        // buffer (Evicting): no thread relies on its main pages until it is restored or evicted.
-        match unsafe { u.move_pages(sh.at(offset), self.at(offset), len) } {
-            Ok(()) => Ok(()),
-            Err((_, e)) => {
-                self.drop_ranges(&[(offset, len)])?;
-                sh.drop_ranges(&[(offset, len)])?;
-                Err(Error::Os {
-                    call: "UFFDIO_MOVE",
-                    source: e,
-                })
-            }
-        }
-    }
-
-    /// Brings a set-aside buffer back: installs a copy of its shadow pages (write-protected
-    /// unless `writable`, atomically, so no store can slip in before dirty tracking is armed;
-    /// moving them back would map them writable) and frees the shadow. On failure the shadow
-    /// is freed as well and the caller reads the buffer from the store instead.
-    pub(crate) fn restore(&self, offset: usize, len: usize, writable: bool) -> Result<()> {
-        let (_, sh) = self.aside_parts();
-        // SAFETY: the shadow pages are readable (moved there by set_aside; a hole makes the
-        // copy fail with EFAULT, not fault); the caller owns the buffer (Loading).
-        let r = unsafe { self.install(offset, sh.at(offset), len, writable) };
-        sh.drop_ranges(&[(offset, len)])?;
-        r
-    }
-
-    /// Frees the shadow pages of set-aside buffers that are being evicted.
-    pub(crate) fn drop_aside(&self, ranges: &[(usize, usize)]) -> Result<()> {
-        self.aside_parts().1.drop_ranges(ranges)
-    }
-
-    fn aside_parts(&self) -> (&Uffd, &Region) {
-        match (&self.uffd, &self.shadow) {
-            (Some(u), Some(sh)) => (u, sh),
-            _ => panic!("set-aside operation on a region without a shadow"),
-        }
     }
 
     /// The userfaultfd of a transparent region, for its handler threads.

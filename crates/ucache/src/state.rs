@@ -41,9 +41,9 @@ pub enum Phase {
     Cached = 2,
     /// One thread is dropping its memory (or setting it aside); it cannot be cancelled any more.
     Evicting = 3,
-    /// Resident, but its pages are moved out of the mapping (transparent mappings only), so
-    /// the next access faults: the accessed bit userspace cannot read. A touch brings it back
-    /// without IO; an eviction drops it.
+    /// Resident, but its bytes wait in a slot and its pages are gone from the mapping
+    /// (transparent mappings only), so the next access faults: the accessed bit userspace
+    /// cannot read. A touch brings it back without IO; an eviction frees the slot.
     Aside = 4,
 }
 
@@ -233,8 +233,8 @@ impl Word {
         (matches!(self.phase(), Phase::Cached | Phase::Aside) && self.idle() && !self.dirty())
             .then(|| self.with_phase(Phase::Evicting))
     }
-    /// The buffer's pages are set aside (or, after a failed drop, still are): it waits there
-    /// for a touch or an eviction. Unreferenced: the touch that restores it sets the bit again.
+    /// The buffer is set aside: it waits for a touch or an eviction. Unreferenced: the touch
+    /// that restores it sets the bit again.
     #[inline]
     pub fn finish_aside(self) -> Word {
         debug_assert_eq!(self.phase(), Phase::Evicting);

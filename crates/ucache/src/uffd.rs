@@ -18,8 +18,6 @@ const UFFD_API: u64 = 0xAA;
 pub(crate) const FEATURE_PAGEFAULT_FLAG_WP: u64 = 1 << 0;
 pub(crate) const FEATURE_SIGBUS: u64 = 1 << 7;
 pub(crate) const FEATURE_THREAD_ID: u64 = 1 << 8;
-/// `UFFDIO_MOVE` (Linux 6.8): pages move between registered ranges without a copy.
-pub(crate) const FEATURE_MOVE: u64 = 1 << 16;
 
 /// `UFFD_EVENT_PAGEFAULT`: the only event a registration without event features reports.
 pub(crate) const EVENT_PAGEFAULT: u8 = 0x12;
@@ -62,15 +60,6 @@ struct Copy {
 }
 
 #[repr(C)]
-struct Move {
-    dst: u64,
-    src: u64,
-    len: u64,
-    mode: u64,
-    moved: i64,
-}
-
-#[repr(C)]
 struct WriteProtect {
     range: Range,
     mode: u64,
@@ -102,7 +91,6 @@ const UFFDIO_API: u64 = iowr(0x3F, std::mem::size_of::<Api>());
 const UFFDIO_REGISTER: u64 = iowr(0x00, std::mem::size_of::<Register>());
 const UFFDIO_WAKE: u64 = ior(0x02, std::mem::size_of::<Range>());
 const UFFDIO_COPY: u64 = iowr(0x03, std::mem::size_of::<Copy>());
-const UFFDIO_MOVE: u64 = iowr(0x05, std::mem::size_of::<Move>());
 const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, std::mem::size_of::<WriteProtect>());
 
 /// One userfaultfd, registered over one region.
@@ -111,18 +99,8 @@ pub(crate) struct Uffd {
 }
 
 impl Uffd {
-    /// Opens a userfaultfd with the `required` features and whichever of the `optional` ones
-    /// the kernel has; returns the optional features granted.
-    pub(crate) fn open_with(required: u64, optional: u64) -> io::Result<(Uffd, u64)> {
-        match Uffd::open_exact(required | optional) {
-            Ok(u) => Ok((u, optional)),
-            Err(_) if optional != 0 => Uffd::open_exact(required).map(|u| (u, 0)),
-            Err(e) => Err(e),
-        }
-    }
-
     /// Opens a userfaultfd with `features` (`FEATURE_*`), failing if the kernel lacks any.
-    fn open_exact(features: u64) -> io::Result<Uffd> {
+    pub(crate) fn open(features: u64) -> io::Result<Uffd> {
         // SAFETY: plain syscall; returns a new descriptor or -1.
         let fd =
             unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
@@ -189,43 +167,6 @@ impl Uffd {
                 Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {}
                 Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-
-    /// Moves the pages of `[src, src+len)` to `[dst, dst+len)` without copying them: `src`
-    /// becomes absent, and `dst` (absent before, inside a registered range) maps the very
-    /// frames, writable if its VMA is. Fails with `EBUSY` for frames shared with another
-    /// process (after a fork) and `ENOENT` for holes in `src`; on failure a prefix of the range
-    /// may already have moved (reported in `Err` as the bytes moved).
-    ///
-    /// # Safety
-    /// Both ranges must be page-aligned, inside this userfaultfd's registered regions, and
-    /// owned by the caller: nothing may rely on the contents of `src` afterwards.
-    pub(crate) unsafe fn move_pages(
-        &self,
-        dst: *mut u8,
-        src: *mut u8,
-        len: usize,
-    ) -> Result<(), (usize, io::Error)> {
-        let mut done = 0usize;
-        while done < len {
-            let mut m = Move {
-                dst: dst as u64 + done as u64,
-                src: src as u64 + done as u64,
-                len: (len - done) as u64,
-                mode: 0,
-                moved: 0,
-            };
-            let r = ioctl(self.fd.as_raw_fd(), UFFDIO_MOVE, &mut m);
-            if m.moved > 0 {
-                done += m.moved as usize;
-            }
-            match r {
-                Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {}
-                Err(e) => return Err((done, e)),
             }
         }
         Ok(())
@@ -320,8 +261,6 @@ mod tests {
         assert_eq!(std::mem::size_of::<Register>(), 32);
         assert_eq!(std::mem::size_of::<Copy>(), 40);
         assert_eq!(std::mem::size_of::<WriteProtect>(), 24);
-        assert_eq!(std::mem::size_of::<Move>(), 40);
-        assert_eq!(UFFDIO_MOVE, 0xC028_AA05);
         assert_eq!(std::mem::size_of::<Msg>(), 32);
         assert_eq!(UFFDIO_WAKE, 0x8010_AA02);
         // Values from <linux/userfaultfd.h> as compiled on x86-64.
