@@ -51,7 +51,11 @@ impl Policy for Clock {
                 if w.phase() != Phase::Cached || !w.idle() || out.len() - start >= want {
                     return;
                 }
-                if !buffers.test_and_clear_referenced(i) {
+                if !buffers.test_and_clear_referenced(i)
+                    // A hand that went all the way round meets this call's victims again (a
+                    // linear check, but only per victim, and batches are small).
+                    && !out[start..].contains(&i)
+                {
                     out.push(i);
                 }
             });

@@ -14,6 +14,8 @@
 use crate::state::{BufferState, Word};
 
 mod clock;
+#[cfg(test)]
+mod conformance;
 mod fallback;
 mod fifo;
 mod global;

@@ -96,6 +96,9 @@ impl S3Fifo {
     ) -> Option<u64> {
         let mut small_done = false;
         let mut main_done = false;
+        // Buffers passed over in a row because they are pinned: a full lap of them means that
+        // queue has nothing to give now.
+        let (mut skipped_small, mut skipped_main) = (0, 0);
         while *steps > 0 && !(small_done && main_done) {
             *steps -= 1;
             let small_left = q.small.len() - *from_small;
@@ -112,7 +115,12 @@ impl S3Fifo {
                 }
                 if !buffers.is_candidate(t) {
                     q.small.move_to_front(t);
-                } else if self.freq[t as usize].load(Relaxed) >= 1 {
+                    skipped_small += 1;
+                    small_done = skipped_small >= q.small.len();
+                    continue;
+                }
+                skipped_small = 0;
+                if self.freq[t as usize].load(Relaxed) >= 1 {
                     q.small.remove(t);
                     q.main.push_front(t);
                     self.freq[t as usize].store(0, Relaxed);
@@ -133,8 +141,11 @@ impl S3Fifo {
                 let f = self.freq[t as usize].load(Relaxed);
                 q.main.move_to_front(t);
                 if !buffers.is_candidate(t) {
+                    skipped_main += 1;
+                    main_done = skipped_main >= q.main.len();
                     continue;
                 }
+                skipped_main = 0;
                 if f > 0 {
                     self.freq[t as usize].store(f - 1, Relaxed);
                 } else {
@@ -171,7 +182,7 @@ impl Policy for S3Fifo {
         let mut from_small = 0;
         // Each main-queue buffer can be reinserted at most MAX_FREQ times before it is a
         // victim, each small-queue buffer moves at most once: this bounds a call's work.
-        let mut steps = (MAX_FREQ as u64 + 2) * (q.small.len() + q.main.len()) + 2;
+        let mut steps = 2 * (MAX_FREQ as u64 + 2) * (q.small.len() + q.main.len()) + 2;
         while out.len() - start < want {
             let Some(v) =
                 self.one_victim(&mut q, buffers, &out[start..], &mut from_small, &mut steps)

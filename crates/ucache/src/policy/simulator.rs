@@ -344,6 +344,42 @@ mod tests {
         assert_eq!(sim.resident(), 1);
     }
 
+    /// Admits even buffers only.
+    struct EvenOnly(Clock);
+    impl Policy for EvenOnly {
+        fn name(&self) -> &str {
+            "even-only"
+        }
+        fn attach(&mut self, layout: Layout) {
+            self.0.attach(layout);
+        }
+        fn choose_eviction_buffers(&self, b: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
+            self.0.choose_eviction_buffers(b, want, out);
+        }
+        fn admit(&self, index: u64) -> bool {
+            index % 2 == 0
+        }
+        fn on_insert(&self, index: u64) {
+            self.0.on_insert(index);
+        }
+        fn on_evict(&self, index: u64) {
+            self.0.on_evict(index);
+        }
+    }
+
+    #[test]
+    fn refused_admission_is_a_bypassed_miss_that_inserts_nothing() {
+        let mut sim = Simulator::new(Box::new(EvenOnly(Clock::new())), 16, 4);
+        for id in [0, 1, 2, 1, 0, 3] {
+            sim.access(id);
+        }
+        let s = sim.stats();
+        assert_eq!((s.requests, s.hits, s.misses, s.bypassed), (6, 1, 5, 3));
+        assert!(!sim.is_resident(1) && !sim.is_resident(3));
+        assert_eq!(sim.resident(), 2);
+        assert_eq!(s.evictions, 0);
+    }
+
     #[test]
     fn batch_eviction_frees_several() {
         let mut sim = Simulator::new(Box::new(Clock::new()), 100, 10).with_batch(4);
