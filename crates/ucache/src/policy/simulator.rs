@@ -357,7 +357,7 @@ mod tests {
             self.0.choose_eviction_buffers(b, want, out);
         }
         fn admit(&self, index: u64) -> bool {
-            index % 2 == 0
+            index.is_multiple_of(2)
         }
         fn on_insert(&self, index: u64) {
             self.0.on_insert(index);
