@@ -886,12 +886,66 @@ impl MappingCore {
         self.ensure_cached_indices(&v)
     }
 
-    /// Claims the evicted buffers among `indices` and has the IO worker load them.
+    /// Whether a read of buffer `i` should go around the cache: it is not resident (nor on its
+    /// way in) and the policy refuses to admit it.
+    fn bypass(&self, i: u64) -> bool {
+        self.state(i).load().phase() == Phase::Evicted && !self.policy.admit(i)
+    }
+
+    /// Copies `[offset, offset + buf.len())` out of the mapping: each covered buffer is pinned
+    /// shared (loading it on a miss) and copied, except buffers that are missing and that the
+    /// policy refuses to admit, whose bytes are read straight from the store.
+    pub(crate) fn read_into(self: &Arc<Self>, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let r = self.range(offset, buf.len() as u64)?;
+        let end = offset + buf.len() as u64;
+        let mut bypassed = 0;
+        for i in r {
+            let first = i << self.shift;
+            let from = offset.max(first);
+            let to = end.min(first + self.bs as u64);
+            let dst = &mut buf[(from - offset) as usize..(to - offset) as usize];
+            let within = (from - first) as usize;
+            if self.bypass(i) {
+                self.read_around(i, within, dst)?;
+                bypassed += 1;
+            } else {
+                let g = self.pin_shared(i)?;
+                dst.copy_from_slice(&g[within..within + dst.len()]);
+            }
+        }
+        self.stats().add(Counter::Bypasses, bypassed);
+        Ok(())
+    }
+
+    /// Reads buffer `i` from the store into staging memory and copies bytes `within..` of it
+    /// into `dst`. The whole buffer is read so an `O_DIRECT` store sees an aligned request.
+    fn read_around(&self, i: u64, within: usize, dst: &mut [u8]) -> Result<()> {
+        with_staging(self.bs, |p| {
+            // SAFETY: the staging area is this thread's and at least bs long.
+            let tmp = unsafe { std::slice::from_raw_parts_mut(p, self.bs) };
+            let got = self.object.read_at(tmp, self.object_offset(i));
+            self.check_read(i, got)?;
+            dst.copy_from_slice(&tmp[within..within + dst.len()]);
+            self.stats().add(Counter::BytesRead, self.valid(i) as u64);
+            Ok(())
+        })?
+    }
+
+    /// Claims the evicted buffers among `indices` that the policy admits and has the IO worker
+    /// load them; the others are dropped (a prefetch is only advice).
     pub(crate) fn prefetch_indices(self: &Arc<Self>, indices: &[u64]) -> Result<()> {
         for &i in indices {
             self.check_index(i)?;
         }
-        let (claimed, _) = self.claim_loads(indices.iter().copied())?;
+        let before = indices.len();
+        let admitted: Vec<u64> = indices
+            .iter()
+            .copied()
+            .filter(|&i| !self.bypass(i))
+            .collect();
+        self.stats()
+            .add(Counter::Bypasses, (before - admitted.len()) as u64);
+        let (claimed, _) = self.claim_loads(admitted.into_iter())?;
         if !claimed.is_empty() {
             self.cache.io.submit(Job::Load {
                 mapping: self.clone(),
@@ -1308,7 +1362,17 @@ impl Mapping {
         self.core.ensure_cached_indices(indices)
     }
 
-    /// Starts loading the buffers overlapping the range in the background.
+    /// Copies `buf.len()` bytes at `offset` into `buf`, through the cache: each buffer is
+    /// pinned shared (and loaded on a miss) and copied. A missing buffer that the policy does
+    /// not [admit](crate::policy::Policy::admit) is read straight from the store into `buf`
+    /// and not cached (cache_ext's admission filter), so a one-off pass over cold data leaves
+    /// the cache as it was.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.core.read_into(offset, buf)
+    }
+
+    /// Starts loading the buffers overlapping the range in the background. Missing buffers the
+    /// policy does not admit are skipped.
     pub fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
         MappingCore::prefetch_range(&self.core, offset, len)
     }

@@ -3,7 +3,8 @@
 //!
 //! The referenced bit lives in the buffer's state word and is set by every pin at no extra
 //! cost, so hits never call into the policy. Victim search sweeps a [`ResidentSet`] with a
-//! shared hand; concurrent evictors sweep disjoint slots.
+//! shared hand; concurrent evictors sweep disjoint slots. The ring's order is the set's slot
+//! order (a hash of the index), not insertion order; otherwise this is the textbook algorithm.
 
 use super::{Buffers, Layout, Policy, ResidentSet};
 use crate::state::Phase;
@@ -41,16 +42,24 @@ impl Policy for Clock {
         // Two full sweeps clear every referenced bit once, so anything idle is found by then.
         let mut budget = 2 * set.slots();
         while out.len() - start < want && budget > 0 {
-            set.clock_batch(SWEEP, |i| {
+            // Never sweep more slots than victims still wanted: a slot past the last victim
+            // would lose its referenced bit for nothing, and the hand would skip it. With one
+            // victim wanted this is the textbook clock, one slot per step.
+            let step = ((want - (out.len() - start)) as u64).clamp(1, SWEEP);
+            set.clock_batch(step, |i| {
                 let w = buffers.state(i);
-                if w.phase() != Phase::Cached || !w.idle() {
+                if w.phase() != Phase::Cached || !w.idle() || out.len() - start >= want {
                     return;
                 }
-                if !buffers.test_and_clear_referenced(i) && out.len() - start < want {
+                if !buffers.test_and_clear_referenced(i)
+                    // A hand that went all the way round meets this call's victims again (a
+                    // linear check, but only per victim, and batches are small).
+                    && !out[start..].contains(&i)
+                {
                     out.push(i);
                 }
             });
-            budget = budget.saturating_sub(SWEEP);
+            budget = budget.saturating_sub(step);
         }
     }
 
@@ -60,5 +69,30 @@ impl Policy for Clock {
 
     fn on_evict(&self, index: u64) {
         self.set().remove(index);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::simulator::hit_pattern;
+
+    /// Textbook second chance, with referenced bits set on load. With capacity 3 the ring has
+    /// 8 slots and buffers 0, 1, 2, 4 hash to slots 0, 2, 4, 1: each newcomer lands where the
+    /// textbook's frame order would put it on this string, so the outcome is the textbook's
+    /// (checked against a frame-array model). It differs from both FIFO and LRU.
+    #[test]
+    fn clock_textbook_sequence() {
+        let t = [4, 4, 2, 1, 1, 1, 4, 0, 2, 4, 4, 1, 1, 2];
+        let clock = hit_pattern(Box::new(Clock::new()), 3, &t);
+        assert_eq!(clock, "MHMMHHHMHMHMHM");
+        assert_ne!(
+            clock,
+            hit_pattern(Box::new(super::super::Fifo::new()), 3, &t)
+        );
+        assert_ne!(
+            clock,
+            hit_pattern(Box::new(super::super::Lru::new()), 3, &t)
+        );
     }
 }
