@@ -163,8 +163,8 @@ fn stores_racing_explicit_eviction_are_never_lost() {
 
 /// Streams through cold buffers while touching a few hot ones; returns the cache's stats.
 fn hot_and_cold(track: bool) -> ucache::StatsSnapshot {
-    let n = 1024;
-    let hot = 4;
+    let n = 2048;
+    let hot = 8;
     let store = MemoryStore::new();
     store.insert("t", pattern(n));
     let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(4)).unwrap();
@@ -200,10 +200,16 @@ fn set_aside_buffers_give_clock_the_accesses_plain_loads_hide() {
         "hot buffers were set aside and brought back: {tracked:?}"
     );
     assert_eq!(blind.set_aside + blind.restores, 0, "{blind:?}");
-    // Without access information CLOCK is FIFO: the hot buffers are evicted once per pass of
-    // the cold stream through the cache (~15 passes × 4) and read again. With it they stay.
+    // Without access information CLOCK evicts whatever its hand meets: each hot buffer once
+    // per revolution (~42 of them here), read again every time. With it they stay: the cold
+    // stream's compulsory misses and the hot set's first ones are all there is.
     assert!(
-        tracked.misses + 40 < blind.misses,
+        tracked.misses <= 2048 + 16,
+        "tracked: {} misses",
+        tracked.misses
+    );
+    assert!(
+        tracked.misses + 100 < blind.misses,
         "tracked {} misses, blind {}",
         tracked.misses,
         blind.misses

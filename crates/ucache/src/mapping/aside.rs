@@ -114,9 +114,12 @@ impl MappingCore {
     pub(super) fn evict_some_tracked(&self, pool: &AsidePool, want: usize) -> u64 {
         let mut n = 0;
         if pool.free_slots() < want {
-            // A popped buffer that was touched and set aside again since is evicted a little
-            // early (its newer queue entry is then stale): it loses part of its second chance.
-            n = self.evict_indices(&pool.pop(want), false).0;
+            // Entries of buffers touched since are stale: those buffers earned their place.
+            // One touched and set aside again leaves a little early (by its older entry),
+            // losing part of its second chance.
+            let mut old = pool.pop(want);
+            old.retain(|&i| self.state(i).load().phase() == Phase::Aside);
+            n = self.evict_indices(&old, false).0;
         }
         let mut cands = Vec::with_capacity(want);
         self.policy
