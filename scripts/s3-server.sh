@@ -6,7 +6,8 @@
 #   scripts/s3-server.sh start DIR   # prints the endpoint, e.g. http://127.0.0.1:41234
 #   scripts/s3-server.sh stop DIR
 #
-# DIR/env holds what a client needs (UCACHE_S3_ENDPOINT, AWS_ACCESS_KEY_ID, ...) for `source`.
+# DIR/env holds what a client needs (UCACHE_S3_ENDPOINT, AWS_ACCESS_KEY_ID, ...) for `source`;
+# the buckets ucache-test and ucache-bench exist once start returns.
 # Starting again with the same DIR reuses its data and ports, which is how the tests simulate an
 # outage: stop, check that IO fails, start, check that the retried write-back lands.
 set -euo pipefail
@@ -90,17 +91,27 @@ export UCACHE_S3_ENDPOINT=$endpoint
 export AWS_ACCESS_KEY_ID=$access
 export AWS_SECRET_ACCESS_KEY=$secret
 export AWS_REGION=us-east-1
+export UCACHE_S3_BUCKET=ucache-test
 ENV
-  # Ready means the S3 gateway answers and a bucket can be created (the latter needs master,
-  # volume and filer up as well). 404/403 from the gateway count as answering.
+  # Ready means the buckets the tests and benchmarks use could be created, which needs master,
+  # volume, filer and the S3 gateway all up (409: it exists already, after a restart).
   for _ in $(seq 1 600); do
     if ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
       echo "weed exited; last lines of $dir/weed.log:" >&2
       tail -20 "$dir/weed.log" >&2
       exit 1
     fi
-    code=$(curl -s -o /dev/null -w '%{http_code}' "$endpoint/" || true)
-    if [ "$code" != "000" ] && [ -n "$code" ]; then
+    ready=1
+    for bucket in ucache-test ucache-bench; do
+      code=$(curl -s -o /dev/null -w '%{http_code}' -X PUT \
+        --aws-sigv4 "aws:amz:us-east-1:s3" --user "$access:$secret" \
+        "$endpoint/$bucket" || true)
+      case "$code" in
+      200 | 409) ;;
+      *) ready=0 ;;
+      esac
+    done
+    if [ "$ready" = 1 ]; then
       echo "$endpoint"
       exit 0
     fi

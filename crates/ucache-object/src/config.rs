@@ -205,9 +205,11 @@ impl S3Config {
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(&self.bucket)
             .with_region(self.region.as_deref().unwrap_or("us-east-1"))
-            .with_allow_http(self.allow_http.unwrap_or_else(|| self.loopback()))
+            // allow_http is a client option: set on the builder, the client options below
+            // would reset it.
             .with_client_options(
                 ClientOptions::new()
+                    .with_allow_http(self.allow_http.unwrap_or_else(|| self.loopback()))
                     .with_timeout(self.request_timeout)
                     .with_connect_timeout(self.connect_timeout)
                     .with_pool_max_idle_per_host(self.max_in_flight.max(8)),
