@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 use ucache::store::{Object, OpenOptions, Store};
 use ucache::{Error, Result};
 
@@ -71,6 +71,17 @@ impl S3Store {
             }
             None => Ok(self.cfg.with_key(name)),
         }
+    }
+
+    /// Uploads `data` as `key` in one PUT (replacing what is there), for programs and
+    /// benchmarks that create their input; mapping it afterwards sees the new ETag.
+    pub fn put(&self, key: &str, data: Vec<u8>) -> Result<()> {
+        let cfg = self.key_config(key)?;
+        let path = object_store::path::Path::from(cfg.key());
+        self.rt
+            .block_on(self.client.put(&path, object_store::PutPayload::from(data)))
+            .map_err(|e| crate::error::open_error(&cfg.url(), "upload", e))?;
+        Ok(())
     }
 
     /// Opens an existing object read-only.
