@@ -259,4 +259,37 @@ mod tests {
         assert!(svg.contains("ucache-transparent") && svg.contains("mmap"));
         assert!(svg.contains("64KiB"), "x labels are sizes");
     }
+
+    #[test]
+    fn prefetch_depth_sweep_is_requested_and_labelled_as_counts() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let cli = Cli::try_parse_from([
+            "t",
+            "lookup",
+            "--store",
+            "s3://b/k",
+            "--sweep-prefetch-depth",
+            "1,8,32",
+        ])
+        .unwrap();
+        let (param, values) = requested(&cli.bench).unwrap().unwrap();
+        assert_eq!((param, values), (Param::PrefetchDepth, vec![1, 8, 32]));
+        assert_eq!(param.label(32), "32");
+        assert_eq!(Param::BufferSize.label(65536), "64KiB");
+        let both = Cli::try_parse_from([
+            "t",
+            "lookup",
+            "--sweep-memory",
+            "1GiB",
+            "--sweep-prefetch-depth",
+            "1",
+        ])
+        .unwrap();
+        assert!(requested(&both.bench).is_err());
+    }
 }
