@@ -1,8 +1,8 @@
 //! ucache itself, driven four ways:
 //! - explicit: one `pin_shared` per op, so a miss is one synchronous load, comparable with
 //!   raw-psync at the same thread count;
-//! - prefetch: `ensure_cached_buffers` on 32 indices first, so the store can keep many loads
-//!   in flight, comparable with raw-uring;
+//! - prefetch: `ensure_cached_buffers` on `--prefetch-depth` (32) indices first, so the store
+//!   can keep many loads in flight, comparable with raw-uring (and with raw-get over S3);
 //! - optimistic: `read_optimistic`, no pin at all on a hit;
 //! - transparent: plain loads from a transparent mapping, exactly the mmap system's loop, so
 //!   the two differ only in who serves the faults.
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use ucache::store::{FileStore, Store, UringOptions, UringStore};
 use ucache::{Cache, CacheOptions, FaultHandling, MapOptions, Mapping};
 
-use super::{Params, StoreKind, System, PREFETCH_BATCH as BATCH};
+use super::{s3_config, Params, StoreKind, System};
 use crate::bench::worker::ThreadCtx;
 
 /// How the workload drives the mapping.
@@ -49,14 +49,25 @@ impl Ucache {
         // fault breakdown of the report.
         let cache = Cache::new(CacheOptions::new(p.memory_bytes).profile_faults(transparent))
             .map_err(|e| format!("Cache::new: {e}"))?;
-        let store: Arc<dyn Store> = match p.store {
+        let store: Arc<dyn Store> = match &p.store {
             StoreKind::File => Arc::new(FileStore::direct()),
             StoreKind::Uring => Arc::new(
                 UringStore::new(UringOptions::default())
                     .map_err(|e| format!("UringStore::new: {e}"))?,
             ),
+            // Enough GETs in flight for every thread's whole batch at once.
+            StoreKind::S3(url) => Arc::new(
+                ucache_object::S3Store::new(
+                    s3_config(url, p.endpoint.as_deref())?
+                        .max_in_flight(p.prefetch_depth * p.threads),
+                )
+                .map_err(|e| format!("S3Store::new: {e}"))?,
+            ),
         };
-        let path = p.path.to_str().ok_or("data file path is not UTF-8")?;
+        let path = match &p.store {
+            StoreKind::S3(url) => url.as_str(),
+            _ => p.path.to_str().ok_or("data file path is not UTF-8")?,
+        };
         let map = cache
             .map(
                 store,
@@ -127,7 +138,7 @@ impl Ucache {
     }
 
     fn prefetch(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
-        let mut indices = [0u64; BATCH];
+        let mut indices = vec![0u64; ctx.params().prefetch_depth];
         while ctx.running() {
             let t = ctx.sample();
             ctx.next_indices(&mut indices);
@@ -141,7 +152,7 @@ impl Ucache {
                     .map_err(|e| format!("pin_shared({idx}): {e}"))?;
                 ctx.touch(&g[..], idx);
             }
-            ctx.done(BATCH as u64, t);
+            ctx.done(indices.len() as u64, t);
         }
         Ok(())
     }
@@ -181,7 +192,7 @@ impl System for Ucache {
 
     fn latency_unit(&self) -> &'static str {
         if self.mode == Mode::Prefetch {
-            "batch of 32 ops (ensure_cached_buffers + 32 pins)"
+            "batch of --prefetch-depth ops (ensure_cached_buffers + one pin each)"
         } else {
             "op"
         }
