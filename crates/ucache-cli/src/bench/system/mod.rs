@@ -63,7 +63,7 @@ pub enum SystemKind {
 }
 
 impl SystemKind {
-    pub const ALL: [SystemKind; 11] = [
+    pub const ALL: [SystemKind; 12] = [
         SystemKind::UcacheExplicit,
         SystemKind::UcachePrefetch,
         SystemKind::UcacheOptimistic,
