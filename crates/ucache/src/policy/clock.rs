@@ -11,6 +11,9 @@ use crate::state::Phase;
 
 /// Slots swept per step of the hand.
 const SWEEP: u64 = 64;
+/// Slots ahead of the hand whose buffers' state words are prefetched: each slot's word is a
+/// random access, and a sweep that waits for them one at a time is memory-bound.
+const LOOKAHEAD: u64 = 8;
 
 #[derive(Default)]
 pub struct Clock {
@@ -41,11 +44,13 @@ impl Policy for Clock {
         let start = out.len();
         // Two full sweeps clear every referenced bit once, so anything idle is found by then.
         let mut budget = 2 * set.slots();
+        set.peek_ahead(0, LOOKAHEAD, |k| buffers.prefetch(k));
         while out.len() - start < want && budget > 0 {
             // Never sweep more slots than victims still wanted: a slot past the last victim
             // would lose its referenced bit for nothing, and the hand would skip it. With one
             // victim wanted this is the textbook clock, one slot per step.
             let step = ((want - (out.len() - start)) as u64).clamp(1, SWEEP);
+            set.peek_ahead(LOOKAHEAD, step, |k| buffers.prefetch(k));
             set.clock_batch(step, |i| {
                 let w = buffers.state(i);
                 if w.phase() != Phase::Cached || !w.idle() || out.len() - start >= want {

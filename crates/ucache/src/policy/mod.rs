@@ -87,6 +87,15 @@ impl<'a> Buffers<'a> {
         self.states[index as usize].load()
     }
 
+    /// Hints that the state word of `index` will be read soon (see [`BufferState::prefetch`]);
+    /// out-of-range indices are ignored.
+    #[inline]
+    pub fn prefetch(&self, index: u64) {
+        if let Some(s) = self.states.get(index as usize) {
+            s.prefetch();
+        }
+    }
+
     /// Whether buffer `index` could be evicted right now: cached and held by nobody. Policies
     /// skip other buffers when they propose, so a pinned buffer never costs a batch slot.
     #[inline]

@@ -89,6 +89,20 @@ impl ResidentSet {
         }
     }
 
+    /// Calls `f` for every key in the `n` slots that start `skip` slots past the hand, without
+    /// moving it: a look at what the next sweep will meet, so its state words can be prefetched.
+    /// Racy by design (keys may come and go meanwhile), which a hint can afford.
+    #[inline]
+    pub fn peek_ahead(&self, skip: u64, n: u64, mut f: impl FnMut(u64)) {
+        let h = self.hand.load(Ordering::Relaxed) + skip;
+        for i in h..h + n {
+            let k = self.slots[(i & self.mask) as usize].load(Ordering::Relaxed);
+            if k < TOMBSTONE {
+                f(k);
+            }
+        }
+    }
+
     /// Number of slots (twice the capacity, rounded up to a power of two).
     pub fn slots(&self) -> u64 {
         self.slots.len() as u64

@@ -114,15 +114,9 @@ impl Simulator {
     /// the cache the state word is a cache miss per request otherwise. Only a hint.
     #[inline]
     pub fn prefetch(&self, id: u64) {
-        #[cfg(target_arch = "x86_64")]
         if let Some(s) = self.states.get(id as usize) {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            // SAFETY: a prefetch never faults and has no effect on memory; SSE is part of the
-            // x86-64 baseline.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(s as *const BufferState as *const i8) };
+            s.prefetch();
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = id;
     }
 
     /// One access to buffer `id` (< `buffers`), as a shared pin and unpin would make it.
