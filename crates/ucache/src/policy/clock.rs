@@ -13,6 +13,9 @@ use crate::state::Phase;
 /// (each is a random access, and a sweep that waits for them one at a time is memory-bound),
 /// so a step is small enough that most of them are looked at.
 const SWEEP: u64 = 16;
+/// Resident sets of fewer slots than this keep their buffers' state words in the CPU cache
+/// anyway (a line each), so the sweep does not spend instructions prefetching them.
+const PREFETCH_FROM_SLOTS: u64 = 1 << 14;
 
 #[derive(Default)]
 pub struct Clock {
@@ -43,13 +46,18 @@ impl Policy for Clock {
         let start = out.len();
         // Two full sweeps clear every referenced bit once, so anything idle is found by then.
         let mut budget = 2 * set.slots();
+        let prefetch = set.slots() >= PREFETCH_FROM_SLOTS;
         while out.len() - start < want && budget > 0 {
             // The sweep stops at the last victim wanted and hands the rest of its slots back:
             // a slot past the last victim would lose its referenced bit for nothing. With one
             // victim wanted this is the textbook clock.
             let looked = set.clock_sweep(
                 SWEEP,
-                |k| buffers.prefetch(k),
+                |k| {
+                    if prefetch {
+                        buffers.prefetch(k)
+                    }
+                },
                 |i| {
                     let w = buffers.state(i);
                     if w.phase() == Phase::Cached
