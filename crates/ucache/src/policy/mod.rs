@@ -172,7 +172,9 @@ pub trait Policy: Send + Sync + 'static {
         false
     }
 
-    /// A pin found the buffer cached.
+    /// An access found the buffer cached. For a pin the buffer stays held while this runs; for
+    /// `ensure_cached` and `prefetch`, which do not pin, it may be evicted meanwhile, so a hit
+    /// may arrive for a buffer the policy no longer holds (ignore it, or reset on insert).
     fn on_hit(&self, index: u64) {
         let _ = index;
     }
