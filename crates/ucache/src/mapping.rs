@@ -746,7 +746,13 @@ impl MappingCore {
             let w = s.load();
             if w.phase() == Phase::Cached {
                 // Counts as an access for the policy, so this batch's own loads do not evict it.
+                // The buffer is not pinned, so it may be evicted as the hook runs: the bundled
+                // policies ignore hits on buffers they no longer hold, and reset what a stray
+                // hit left behind when the buffer is inserted again.
                 let _ = s.update(|w| w.touch());
+                if self.policy_hits {
+                    self.policy.on_hit(i);
+                }
                 continue;
             }
             let Some(l) = w.begin_load() else {

@@ -315,6 +315,19 @@ impl BufferState {
         BufferState(AtomicU64::new(0))
     }
 
+    /// Starts fetching the word into the CPU cache: for loops that know which words they will
+    /// read next (trace replay, a clock sweep) and would otherwise stall on each. Only a hint.
+    #[inline]
+    pub fn prefetch(&self) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // SAFETY: a prefetch never faults and does not change memory; SSE is part of the
+            // x86-64 baseline.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(self as *const BufferState as *const i8) };
+        }
+    }
+
     #[inline]
     pub fn load(&self) -> Word {
         Word(self.0.load(Ordering::Acquire))

@@ -26,6 +26,19 @@ fn color(k: usize) -> RGBColor {
     PALETTE[k % PALETTE.len()]
 }
 
+/// Axis labels for buffer counts: 500, 20k, 1.5M.
+fn count_label(v: f64) -> String {
+    let (x, unit) = if v >= 1e6 {
+        (v / 1e6, "M")
+    } else if v >= 1e3 {
+        (v / 1e3, "k")
+    } else {
+        (v, "")
+    };
+    let s = format!("{x:.1}");
+    format!("{}{unit}", s.strip_suffix(".0").unwrap_or(&s))
+}
+
 pub fn write_svg(path: &Path, report: &Report, title: &str) -> Result<(), String> {
     let mut lines: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
     let mut order: Vec<&str> = Vec::new();
@@ -79,6 +92,7 @@ pub fn write_svg(path: &Path, report: &Report, title: &str) -> Result<(), String
             chart
                 .configure_mesh()
                 .x_desc("cache size (buffers)")
+                .x_label_formatter(&|v| count_label(*v))
                 .y_desc("miss ratio")
                 .label_style(("sans-serif", 13))
                 .draw()
@@ -119,4 +133,16 @@ pub fn write_svg(path: &Path, report: &Report, title: &str) -> Result<(), String
     }
     root.present().map_err(err)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn count_labels_are_short() {
+        assert_eq!(count_label(500.0), "500");
+        assert_eq!(count_label(20_000.0), "20k");
+        assert_eq!(count_label(1_500_000.0), "1.5M");
+    }
 }

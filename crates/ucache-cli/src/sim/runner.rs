@@ -64,6 +64,9 @@ pub fn thread_cpu() -> Duration {
 
 /// Requests between progress updates: rare enough to cost nothing in the replay loop.
 const CHUNK: usize = 1 << 20;
+/// How far ahead of the replay its state words are prefetched: enough requests to cover a
+/// memory latency, few enough that the lines are still cached when used.
+const AHEAD: usize = 8;
 
 /// Replays `trace` once.
 pub fn replay(trace: &Trace, job: &Job, progress: &ProgressBar) -> Result<Outcome, String> {
@@ -71,8 +74,13 @@ pub fn replay(trace: &Trace, job: &Job, progress: &ProgressBar) -> Result<Outcom
         policy_by_name(&job.policy).ok_or_else(|| format!("unknown policy '{}'", job.policy))?;
     let mut sim = Simulator::new(policy, trace.unique, job.cache_size);
     let t0 = thread_cpu();
-    for chunk in trace.requests.chunks(CHUNK) {
-        for &id in chunk {
+    let reqs = &trace.requests;
+    for (c, chunk) in reqs.chunks(CHUNK).enumerate() {
+        let base = c * CHUNK;
+        for (k, &id) in chunk.iter().enumerate() {
+            if let Some(&next) = reqs.get(base + k + AHEAD) {
+                sim.prefetch(next as u64);
+            }
             sim.access(id as u64);
         }
         progress.inc(chunk.len() as u64);

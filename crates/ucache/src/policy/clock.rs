@@ -9,8 +9,13 @@
 use super::{Buffers, Layout, Policy, ResidentSet};
 use crate::state::Phase;
 
-/// Slots swept per step of the hand.
-const SWEEP: u64 = 64;
+/// Slots claimed per step of the hand. Their buffers' state words are prefetched together
+/// (each is a random access, and a sweep that waits for them one at a time is memory-bound),
+/// so a step is small enough that most of them are looked at.
+const SWEEP: u64 = 16;
+/// Resident sets of fewer slots than this keep their buffers' state words in the CPU cache
+/// anyway (a line each), so the sweep does not spend instructions prefetching them.
+const PREFETCH_FROM_SLOTS: u64 = 1 << 14;
 
 #[derive(Default)]
 pub struct Clock {
@@ -41,25 +46,33 @@ impl Policy for Clock {
         let start = out.len();
         // Two full sweeps clear every referenced bit once, so anything idle is found by then.
         let mut budget = 2 * set.slots();
+        let prefetch = set.slots() >= PREFETCH_FROM_SLOTS;
         while out.len() - start < want && budget > 0 {
-            // Never sweep more slots than victims still wanted: a slot past the last victim
-            // would lose its referenced bit for nothing, and the hand would skip it. With one
-            // victim wanted this is the textbook clock, one slot per step.
-            let step = ((want - (out.len() - start)) as u64).clamp(1, SWEEP);
-            set.clock_batch(step, |i| {
-                let w = buffers.state(i);
-                if w.phase() != Phase::Cached || !w.idle() || out.len() - start >= want {
-                    return;
-                }
-                if !buffers.test_and_clear_referenced(i)
-                    // A hand that went all the way round meets this call's victims again (a
-                    // linear check, but only per victim, and batches are small).
-                    && !out[start..].contains(&i)
-                {
-                    out.push(i);
-                }
-            });
-            budget = budget.saturating_sub(step);
+            // The sweep stops at the last victim wanted and hands the rest of its slots back:
+            // a slot past the last victim would lose its referenced bit for nothing. With one
+            // victim wanted this is the textbook clock.
+            let looked = set.clock_sweep(
+                SWEEP,
+                |k| {
+                    if prefetch {
+                        buffers.prefetch(k)
+                    }
+                },
+                |i| {
+                    let w = buffers.state(i);
+                    if w.phase() == Phase::Cached
+                        && w.idle()
+                        && !buffers.test_and_clear_referenced(i)
+                        // A hand that went all the way round meets this call's victims again
+                        // (a linear check, but only per victim, and batches are small).
+                        && !out[start..].contains(&i)
+                    {
+                        out.push(i);
+                    }
+                    out.len() - start >= want
+                },
+            );
+            budget = budget.saturating_sub(looked);
         }
     }
 

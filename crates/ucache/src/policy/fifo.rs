@@ -43,23 +43,20 @@ pub(super) fn propose_from_back(
     want: usize,
     out: &mut Vec<u64>,
 ) {
-    let mut found = 0;
+    let start = out.len();
     let mut cur = list.back();
     let mut left = list.len();
-    let mut proposed = Vec::new();
     while let Some(i) = cur {
-        if found == want || left == 0 {
+        if out.len() - start == want || left == 0 {
             break;
         }
         left -= 1;
         cur = list.towards_front(i);
         if buffers.is_candidate(i) {
             out.push(i);
-            proposed.push(i);
-            found += 1;
         }
     }
-    for i in proposed {
+    for &i in &out[start..] {
         list.move_to_front(i);
     }
 }

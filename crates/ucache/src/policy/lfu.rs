@@ -20,6 +20,8 @@ use super::{Buffers, Layout, Policy};
 
 /// Residents sampled per victim by default.
 pub const DEFAULT_SAMPLES: usize = 16;
+/// The most residents sampled per victim.
+pub const MAX_SAMPLES: usize = 64;
 const ABSENT: u32 = u32::MAX;
 
 struct Residents {
@@ -65,10 +67,10 @@ impl Lfu {
         Self::default()
     }
 
-    /// Samples `k` (at least 1) residents per victim.
+    /// Samples `k` residents per victim (clamped to 1..=[`MAX_SAMPLES`]).
     pub fn with_samples(k: usize) -> Self {
         Lfu {
-            samples: k.max(1),
+            samples: k.clamp(1, MAX_SAMPLES),
             count: Box::new([]),
             residents: Mutex::new(Residents {
                 members: Vec::new(),
@@ -117,8 +119,14 @@ impl Policy for Lfu {
             if live <= self.samples {
                 (0..live).for_each(|p| consider(&r, p));
             } else {
-                for _ in 0..self.samples {
-                    let p = (r.next() % live as u64) as usize;
+                // Draw the sample first and prefetch it: each sampled buffer's state word and
+                // count are random accesses, which then overlap instead of queueing.
+                let mut picks = [0usize; MAX_SAMPLES];
+                for p in picks.iter_mut().take(self.samples) {
+                    *p = (r.next() % live as u64) as usize;
+                    buffers.prefetch(r.members[*p] as u64);
+                }
+                for &p in &picks[..self.samples] {
                     consider(&r, p);
                 }
             }

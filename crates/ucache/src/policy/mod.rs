@@ -23,6 +23,7 @@ mod guarded;
 mod hint;
 mod lfu;
 mod list;
+mod lists;
 mod lru;
 mod mru;
 mod registry;
@@ -39,6 +40,7 @@ pub use guarded::Guarded;
 pub use hint::Hint;
 pub use lfu::Lfu;
 pub use list::IndexList;
+pub use lists::IndexQueues;
 pub use lru::Lru;
 pub use mru::Mru;
 pub use registry::{policy_by_name, POLICY_NAMES};
@@ -85,6 +87,15 @@ impl<'a> Buffers<'a> {
     #[inline]
     pub fn state(&self, index: u64) -> Word {
         self.states[index as usize].load()
+    }
+
+    /// Hints that the state word of `index` will be read soon (see [`BufferState::prefetch`]);
+    /// out-of-range indices are ignored.
+    #[inline]
+    pub fn prefetch(&self, index: u64) {
+        if let Some(s) = self.states.get(index as usize) {
+            s.prefetch();
+        }
     }
 
     /// Whether buffer `index` could be evicted right now: cached and held by nobody. Policies
@@ -161,7 +172,9 @@ pub trait Policy: Send + Sync + 'static {
         false
     }
 
-    /// A pin found the buffer cached.
+    /// An access found the buffer cached. For a pin the buffer stays held while this runs; for
+    /// `ensure_cached` and `prefetch`, which do not pin, it may be evicted meanwhile, so a hit
+    /// may arrive for a buffer the policy no longer holds (ignore it, or reset on insert).
     fn on_hit(&self, index: u64) {
         let _ = index;
     }

@@ -43,26 +43,25 @@ impl Policy for Mru {
 
     fn choose_eviction_buffers(&self, buffers: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
         let mut l = self.list.lock();
-        let mut proposed = Vec::new();
+        let start = out.len();
         let mut cur = l.front();
         let mut left = l.len();
         while let Some(i) = cur {
-            if proposed.len() == want || left == 0 {
+            if out.len() - start == want || left == 0 {
                 break;
             }
             left -= 1;
             cur = l.towards_back(i);
             if buffers.is_candidate(i) {
-                proposed.push(i);
+                out.push(i);
             }
         }
         // Proposed victims move to the far end so that concurrent evictors propose others. A
         // proposal whose eviction is cancelled (pinned meanwhile) is thereby only delayed.
-        for &i in &proposed {
+        for &i in &out[start..] {
             l.remove(i);
             l.push_back(i);
         }
-        out.extend(proposed);
     }
 
     fn wants_hits(&self) -> bool {

@@ -17,20 +17,22 @@
 //! otherwise it is the victim. The ghost queue remembers as many buffers as the main queue holds.
 //!
 //! Synchronization: hits store the buffer's relaxed `AtomicU8` counter, no lock; the three
-//! [`IndexList`]s sit behind one `parking_lot` mutex taken on the miss path.
+//! queues share one [`IndexQueues`] (a buffer is in at most one, and moving between them then
+//! touches one cache line) behind one `parking_lot` mutex taken on the miss path.
 
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
-use super::{Buffers, IndexList, Layout, Policy};
+use super::{Buffers, IndexQueues, Layout, Policy};
 
 const MAX_FREQ: u8 = 3;
+const SMALL: usize = 0;
+const MAIN: usize = 1;
+const GHOST: usize = 2;
 
 struct Queues {
-    small: IndexList,
-    main: IndexList,
-    ghost: IndexList,
+    q: IndexQueues,
     small_target: u64,
     ghost_capacity: u64,
 }
@@ -45,9 +47,7 @@ impl Default for S3Fifo {
         S3Fifo {
             freq: Box::new([]),
             queues: Mutex::new(Queues {
-                small: IndexList::new(0),
-                main: IndexList::new(0),
-                ghost: IndexList::new(0),
+                q: IndexQueues::new(0, 3),
                 small_target: 1,
                 ghost_capacity: 1,
             }),
@@ -71,15 +71,11 @@ impl S3Fifo {
 
     /// Which queue buffer `index` is in.
     pub fn queue_of(&self, index: u64) -> S3Queue {
-        let q = self.queues.lock();
-        if q.small.contains(index) {
-            S3Queue::Small
-        } else if q.main.contains(index) {
-            S3Queue::Main
-        } else if q.ghost.contains(index) {
-            S3Queue::Ghost
-        } else {
-            S3Queue::None
+        match self.queues.lock().q.queue_of(index) {
+            Some(SMALL) => S3Queue::Small,
+            Some(MAIN) => S3Queue::Main,
+            Some(_) => S3Queue::Ghost,
+            None => S3Queue::None,
         }
     }
 
@@ -101,11 +97,11 @@ impl S3Fifo {
         let (mut skipped_small, mut skipped_main) = (0, 0);
         while *steps > 0 && !(small_done && main_done) {
             *steps -= 1;
-            let small_left = q.small.len() - *from_small;
+            let small_left = q.q.len(SMALL) - *from_small;
             let use_small =
-                !small_done && (small_left >= q.small_target || main_done || q.main.is_empty());
+                !small_done && (small_left >= q.small_target || main_done || q.q.is_empty(MAIN));
             if use_small {
-                let Some(t) = q.small.back() else {
+                let Some(t) = q.q.back(SMALL) else {
                     small_done = true;
                     continue;
                 };
@@ -114,23 +110,22 @@ impl S3Fifo {
                     continue;
                 }
                 if !buffers.is_candidate(t) {
-                    q.small.move_to_front(t);
+                    q.q.move_to_front(SMALL, t);
                     skipped_small += 1;
-                    small_done = skipped_small >= q.small.len();
+                    small_done = skipped_small >= q.q.len(SMALL);
                     continue;
                 }
                 skipped_small = 0;
                 if self.freq[t as usize].load(Relaxed) >= 1 {
-                    q.small.remove(t);
-                    q.main.push_front(t);
+                    q.q.move_to_front(MAIN, t);
                     self.freq[t as usize].store(0, Relaxed);
                 } else {
-                    q.small.move_to_front(t);
+                    q.q.move_to_front(SMALL, t);
                     *from_small += 1;
                     return Some(t);
                 }
             } else {
-                let Some(t) = q.main.back() else {
+                let Some(t) = q.q.back(MAIN) else {
                     main_done = true;
                     continue;
                 };
@@ -139,10 +134,10 @@ impl S3Fifo {
                     continue;
                 }
                 let f = self.freq[t as usize].load(Relaxed);
-                q.main.move_to_front(t);
+                q.q.move_to_front(MAIN, t);
                 if !buffers.is_candidate(t) {
                     skipped_main += 1;
-                    main_done = skipped_main >= q.main.len();
+                    main_done = skipped_main >= q.q.len(MAIN);
                     continue;
                 }
                 skipped_main = 0;
@@ -168,9 +163,7 @@ impl Policy for S3Fifo {
         self.freq = (0..n).map(|_| AtomicU8::new(0)).collect();
         let small_target = (cap / 10).max(1);
         *self.queues.get_mut() = Queues {
-            small: IndexList::new(n),
-            main: IndexList::new(n),
-            ghost: IndexList::new(n),
+            q: IndexQueues::new(n, 3),
             small_target,
             ghost_capacity: (cap - small_target.min(cap)).max(1),
         };
@@ -182,7 +175,7 @@ impl Policy for S3Fifo {
         let mut from_small = 0;
         // Each main-queue buffer can be reinserted at most MAX_FREQ times before it is a
         // victim, each small-queue buffer moves at most once: this bounds a call's work.
-        let mut steps = 2 * (MAX_FREQ as u64 + 2) * (q.small.len() + q.main.len()) + 2;
+        let mut steps = 2 * (MAX_FREQ as u64 + 2) * (q.q.len(SMALL) + q.q.len(MAIN)) + 2;
         while out.len() - start < want {
             let Some(v) =
                 self.one_victim(&mut q, buffers, &out[start..], &mut from_small, &mut steps)
@@ -208,22 +201,20 @@ impl Policy for S3Fifo {
     fn on_insert(&self, index: u64) {
         self.freq[index as usize].store(0, Relaxed);
         let mut q = self.queues.lock();
-        if q.ghost.remove(index) {
-            q.main.push_front(index);
-        } else {
-            q.small.push_front(index);
-        }
+        let to = match q.q.remove(index) {
+            Some(GHOST) => MAIN,
+            _ => SMALL,
+        };
+        q.q.push_front(to, index);
     }
 
     fn on_evict(&self, index: u64) {
         let mut q = self.queues.lock();
-        if q.small.remove(index) {
-            q.ghost.push_front(index);
-            while q.ghost.len() > q.ghost_capacity {
-                q.ghost.pop_back();
+        if q.q.remove(index) == Some(SMALL) {
+            q.q.push_front(GHOST, index);
+            while q.q.len(GHOST) > q.ghost_capacity {
+                q.q.pop_back(GHOST);
             }
-        } else {
-            q.main.remove(index);
         }
     }
 }
