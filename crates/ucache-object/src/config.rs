@@ -302,7 +302,10 @@ mod tests {
         assert!(c.clone().endpoint("http://[::1]:9000").loopback());
         assert!(!c.clone().endpoint("http://[2001:db8::1]:9000").loopback());
         assert!(!c.clone().endpoint("http://example.com").loopback());
-        assert!(!c.clone().endpoint("http://127.0.0.1.example.com").loopback());
+        assert!(!c
+            .clone()
+            .endpoint("http://127.0.0.1.example.com")
+            .loopback());
         assert!(!c.loopback());
     }
 
