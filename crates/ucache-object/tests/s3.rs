@@ -264,6 +264,14 @@ fn range_past_end_is_refused_naming_the_object() {
     let mut buf = vec![0u8; BS];
     use ucache::store::Object;
     assert_eq!(o.read_at(&mut buf, 3 * BS as u64).unwrap(), 0);
+    // A direct ranged GET past the end is refused before it reaches the server.
+    let r = o.get_ranges(&[0..BS as u64, 2 * BS as u64..4 * BS as u64]);
+    for e in r {
+        let e = e.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains(&key), "{e}");
+    }
+    assert_eq!(o.gets(), 0);
     // A write through a read-only object is refused with the object's name.
     let e = o.write_at(&buf, 0).unwrap_err();
     assert!(e.to_string().contains(&key), "{e}");
