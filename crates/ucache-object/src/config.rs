@@ -190,13 +190,14 @@ impl S3Config {
 
     fn loopback(&self) -> bool {
         self.endpoint.as_deref().is_some_and(|e| {
-            let host = e
-                .strip_prefix("http://")
-                .unwrap_or(e)
-                .split(['/', ':'])
-                .next()
-                .unwrap_or("");
-            matches!(host, "127.0.0.1" | "localhost" | "[") || e.starts_with("http://[::1]")
+            let rest = e.strip_prefix("http://").unwrap_or(e);
+            let host = if rest.starts_with('[') {
+                // IPv6: the host is everything up to the closing bracket.
+                rest.split_inclusive(']').next().unwrap_or("")
+            } else {
+                rest.split(['/', ':']).next().unwrap_or("")
+            };
+            matches!(host, "127.0.0.1" | "localhost" | "[::1]")
         })
     }
 
@@ -298,7 +299,13 @@ mod tests {
         let c = S3Config::new("s3://b/k").unwrap();
         assert!(c.clone().endpoint("http://127.0.0.1:9000").loopback());
         assert!(c.clone().endpoint("http://localhost:9000/").loopback());
+        assert!(c.clone().endpoint("http://[::1]:9000").loopback());
+        assert!(!c.clone().endpoint("http://[2001:db8::1]:9000").loopback());
         assert!(!c.clone().endpoint("http://example.com").loopback());
+        assert!(!c
+            .clone()
+            .endpoint("http://127.0.0.1.example.com")
+            .loopback());
         assert!(!c.loopback());
     }
 

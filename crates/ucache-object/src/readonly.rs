@@ -26,6 +26,7 @@
 
 use std::io;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -50,6 +51,7 @@ pub struct S3Object {
     rt: Arc<Runtime>,
     in_flight: usize,
     coalesce_limit: usize,
+    gets: AtomicU64,
 }
 
 impl S3Object {
@@ -79,7 +81,14 @@ impl S3Object {
             rt,
             in_flight: cfg.in_flight(),
             coalesce_limit: cfg.coalesce_bytes(),
+            gets: AtomicU64::new(0),
         })
+    }
+
+    /// GET requests issued so far (retries inside one request not counted): what a batch of
+    /// misses cost in requests, which is what S3 bills.
+    pub fn gets(&self) -> u64 {
+        self.gets.load(Ordering::Relaxed)
     }
 
     /// The ETag the object had when it was opened.
@@ -88,9 +97,23 @@ impl S3Object {
     }
 
     /// Runs one ranged GET per range, all in flight at once up to the configured limit, and
-    /// returns the bytes of each. Every range must lie inside the object. Public so benchmarks
-    /// can measure the same requests without a cache in front.
+    /// returns the bytes of each. A range that is empty or reaches past the end fails the whole
+    /// call with `InvalidInput` naming the object. Public so benchmarks can measure the same
+    /// requests without a cache in front.
     pub fn get_ranges(&self, ranges: &[Range<u64>]) -> Vec<io::Result<Bytes>> {
+        // Checked here, not left to the server: a short answer inside the object means it
+        // changed, so a range past the end must never reach the response check.
+        if let Some(r) = ranges.iter().find(|r| r.end > self.len || r.start >= r.end) {
+            let e = io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "range {}..{} is empty or past the end of {} ({} bytes)",
+                    r.start, r.end, self.name, self.len
+                ),
+            );
+            return ranges.iter().map(|_| Err(dup(&e))).collect();
+        }
+        self.gets.fetch_add(ranges.len() as u64, Ordering::Relaxed);
         let sem = Arc::new(Semaphore::new(self.in_flight));
         self.rt.block_on(async {
             let handles: Vec<_> = ranges

@@ -57,6 +57,39 @@ fn pinned_reads_match_an_independent_upload() {
 }
 
 #[test]
+fn adjacent_misses_of_a_batch_are_one_get() {
+    let Some(ep) = endpoint("adjacent_misses_of_a_batch_are_one_get") else {
+        return;
+    };
+    let key = unique("coalesce");
+    let want = data(16 * BS, 9);
+    Plain::new(&ep).put(&key, want.clone());
+    let store = S3Store::new(config(&ep, "")).unwrap();
+    let o = store.open_object(&key).unwrap();
+    let mut mem = vec![0u8; 16 * BS];
+    // Buffers 2..10 out of order, plus 12 and 14: runs 2..10, 12, 14 are three GETs.
+    let order = [5u64, 2, 9, 3, 4, 12, 8, 6, 7, 14];
+    let base = mem.as_mut_ptr();
+    let mut reqs: Vec<ucache::store::IoBuf> = order
+        .iter()
+        .map(|&i| {
+            // SAFETY: disjoint BS-sized slots of `mem`, untouched until read_batch returns.
+            unsafe { ucache::store::IoBuf::new(base.add(i as usize * BS), BS, i * BS as u64) }
+        })
+        .collect();
+    let mut out = Vec::new();
+    use ucache::store::Object;
+    o.read_batch(&mut reqs, &mut out);
+    drop(reqs);
+    assert_eq!(o.gets(), 3);
+    assert!(out.iter().all(|r| matches!(r, Ok(n) if *n == BS)));
+    for &i in &order {
+        let at = i as usize * BS;
+        assert_eq!(&mem[at..at + BS], &want[at..at + BS], "buffer {i}");
+    }
+}
+
+#[test]
 fn transparent_loads_match_an_independent_upload() {
     let Some(ep) = endpoint("transparent_loads_match_an_independent_upload") else {
         return;
@@ -231,6 +264,14 @@ fn range_past_end_is_refused_naming_the_object() {
     let mut buf = vec![0u8; BS];
     use ucache::store::Object;
     assert_eq!(o.read_at(&mut buf, 3 * BS as u64).unwrap(), 0);
+    // A direct ranged GET past the end is refused before it reaches the server.
+    let r = o.get_ranges(&[0..BS as u64, 2 * BS as u64..4 * BS as u64]);
+    for e in r {
+        let e = e.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains(&key), "{e}");
+    }
+    assert_eq!(o.gets(), 0);
     // A write through a read-only object is refused with the object's name.
     let e = o.write_at(&buf, 0).unwrap_err();
     assert!(e.to_string().contains(&key), "{e}");
