@@ -13,23 +13,31 @@
 
 use crate::state::{BufferState, Word};
 
+mod advanced;
+mod arc;
 mod clock;
 mod fallback;
 mod global;
 mod guarded;
 mod hint;
+mod lirs;
 mod list;
 mod resident;
 mod simulator;
+mod two_q;
 
+pub use advanced::{advanced_policy_by_name, ADVANCED_POLICY_NAMES};
+pub use arc::ArcPolicy;
 pub use clock::Clock;
 pub use fallback::Fallback;
 pub use global::{MappingUsage, ProportionalGlobal};
 pub use guarded::Guarded;
 pub use hint::Hint;
+pub use lirs::Lirs;
 pub use list::IndexList;
 pub use resident::ResidentSet;
 pub use simulator::{SimStats, Simulator};
+pub use two_q::TwoQ;
 
 /// The shape of the mapping a policy is attached to.
 #[derive(Clone, Copy, Debug)]
@@ -123,6 +131,15 @@ pub trait Policy: Send + Sync + 'static {
     /// need no per-hit work (CLOCK keeps its bit in the state word) cost nothing on hits.
     fn wants_hits(&self) -> bool {
         false
+    }
+
+    /// A demand access missed on this buffer: called before the manager reserves memory for
+    /// it (and so before any eviction that reservation causes), with the buffer not yet
+    /// resident. Ghost-based policies (ARC, 2Q, LIRS) adapt here, exactly where their papers
+    /// do, since by [`Policy::on_insert`] the evictions made for this miss have already
+    /// consumed the ghost lists. Not called for prefetches.
+    fn on_miss(&self, index: u64) {
+        let _ = index;
     }
 
     /// A pin found the buffer cached.

@@ -123,6 +123,7 @@ impl Simulator {
             return true;
         }
         self.stats.misses += 1;
+        self.policy.on_miss(id);
         while self.resident >= self.capacity {
             if !self.evict() {
                 self.stats.unevictable += 1;
