@@ -180,9 +180,10 @@ impl Policy for Lirs {
 
     fn on_insert(&self, x: u64) {
         let mut st = self.st();
-        if st.status[x as usize] == Status::Pending && st.s.contains(x) {
-            st.make_lir(x);
-        } else if st.lir < st.lir_max {
+        // A ghost that missed while still in S has the smallest IRR of all; during warm-up
+        // every new buffer is LIR until the LIR set is full.
+        let ghost = st.status[x as usize] == Status::Pending && st.s.contains(x);
+        if ghost || st.lir < st.lir_max {
             st.make_lir(x);
         } else {
             st.status[x as usize] = Status::HirResident;
@@ -252,13 +253,16 @@ mod tests {
         (top_first(&st.s), top_first(&st.q), lir)
     }
 
+    /// (access, hit, S, Q, LIR set).
+    type Step = (u64, bool, &'static [u64], &'static [u64], &'static [u64]);
+
     /// c = 3: L_hirs = 1, L_lirs = 2. Worked by hand from §3.3 of the paper; S top first,
     /// Q newest first.
     #[test]
     fn textbook_sequence() {
         let mut sim = Simulator::new(Box::new(Lirs::new()), 16, 3);
         #[rustfmt::skip]
-        let trace: &[(u64, bool, &[u64], &[u64], &[u64])] = &[
+        let trace: &[Step] = &[
             (1, false, &[1], &[], &[1]),
             (2, false, &[2, 1], &[], &[1, 2]),
             (3, false, &[3, 2, 1], &[3], &[1, 2]),
