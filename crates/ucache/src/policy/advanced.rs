@@ -8,7 +8,16 @@ use super::{Buffers, Policy};
 use crate::state::Phase;
 
 /// Names accepted by [`advanced_policy_by_name`].
-pub const ADVANCED_POLICY_NAMES: &[&str] = &["2q", "arc", "lirs"];
+pub const ADVANCED_POLICY_NAMES: &[&str] = &[
+    "2q",
+    "arc",
+    "lirs",
+    "w-tinylfu",
+    "lhd",
+    "mglru",
+    "get-scan",
+    "priority",
+];
 
 /// A fresh policy of the named kind, or `None` if the name is not one of
 /// [`ADVANCED_POLICY_NAMES`].
@@ -17,6 +26,13 @@ pub fn advanced_policy_by_name(name: &str) -> Option<Box<dyn Policy>> {
         "2q" => Box::new(super::TwoQ::new()),
         "arc" => Box::new(super::ArcPolicy::new()),
         "lirs" => Box::new(super::Lirs::new()),
+        "w-tinylfu" => Box::new(super::WTinyLfu::new()),
+        "lhd" => Box::new(super::Lhd::new()),
+        "mglru" => Box::new(super::Mglru::new()),
+        "get-scan" => Box::new(super::GetScan::new()),
+        // By name there is no handle to protect with, so only `Hint::PRIORITY` loads are
+        // protected; applications construct `Priority` themselves to get a handle.
+        "priority" => Box::new(super::Priority::new()),
         _ => return None,
     })
 }

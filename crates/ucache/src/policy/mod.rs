@@ -16,28 +16,41 @@ use crate::state::{BufferState, Word};
 mod advanced;
 mod arc;
 mod clock;
+mod count_min;
 mod fallback;
+mod get_scan;
 mod global;
 mod guarded;
 mod hint;
+mod lhd;
 mod lirs;
 mod list;
+mod mglru;
+pub mod prefetch;
+mod priority;
 mod resident;
 mod simulator;
 mod two_q;
+mod w_tiny_lfu;
 
 pub use advanced::{advanced_policy_by_name, ADVANCED_POLICY_NAMES};
 pub use arc::ArcPolicy;
 pub use clock::Clock;
+pub use count_min::CountMin;
 pub use fallback::Fallback;
+pub use get_scan::GetScan;
 pub use global::{MappingUsage, ProportionalGlobal};
 pub use guarded::Guarded;
 pub use hint::Hint;
+pub use lhd::Lhd;
 pub use lirs::Lirs;
 pub use list::IndexList;
+pub use mglru::Mglru;
+pub use priority::{Priority, PriorityHandle};
 pub use resident::ResidentSet;
 pub use simulator::{SimStats, Simulator};
 pub use two_q::TwoQ;
+pub use w_tiny_lfu::WTinyLfu;
 
 /// The shape of the mapping a policy is attached to.
 #[derive(Clone, Copy, Debug)]
