@@ -48,8 +48,203 @@ pub(super) fn idle(buffers: &Buffers<'_>, i: u64) -> bool {
 
 /// Test access to what a policy believes is resident.
 #[cfg(test)]
-#[allow(dead_code)] // used by the proptest over the library
 pub(super) trait Audit {
     /// Every buffer the policy tracks as resident, each once.
     fn tracked(&self) -> Vec<u64>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{
+        ArcPolicy, GetScan, Hint, Layout, Lhd, Lirs, Mglru, Priority, PriorityHandle, TwoQ,
+        WTinyLfu,
+    };
+    use crate::state::{BufferState, Phase, Pin};
+    use proptest::prelude::*;
+
+    const N: u64 = 24;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// Access with a hint, as a pin and unpin would.
+        Access(u64, u8),
+        /// Pin and keep pinned (if resident).
+        Pin(u64),
+        Unpin(u64),
+        /// Explicit eviction (if resident and idle).
+        Evict(u64),
+        /// Ask for proposals and check them.
+        Choose(usize),
+        /// Priority: protect (0 unprotects) a range.
+        Protect(u64, u64, u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0..N, 0u8..5).prop_map(|(i, h)| Op::Access(i, h)),
+            1 => (0..N).prop_map(Op::Pin),
+            1 => (0..N).prop_map(Op::Unpin),
+            1 => (0..N).prop_map(Op::Evict),
+            1 => (1usize..6).prop_map(Op::Choose),
+            1 => (0..N, 1u64..6, 0u8..4).prop_map(|(i, l, p)| Op::Protect(i, l, p)),
+        ]
+    }
+
+    /// Drives `p` through the hooks in the order and under the ownership the cache uses,
+    /// checking after every step that the policy tracks exactly the resident buffers and
+    /// only ever proposes resident, unpinned, distinct buffers in range.
+    fn drive(
+        mut p: impl Policy + Audit,
+        cap: u64,
+        ops: &[Op],
+        handle: Option<&PriorityHandle>,
+    ) -> Result<(), TestCaseError> {
+        p.attach(Layout {
+            buffers: N,
+            capacity: cap,
+            buffer_size: 4096,
+        });
+        let st: Vec<BufferState> = (0..N).map(|_| BufferState::new()).collect();
+        let cached = |i: u64| st[i as usize].load().phase() == Phase::Cached;
+        let evict = |p: &dyn Policy, i: u64| {
+            let s = &st[i as usize];
+            let e = s.load().begin_evict().unwrap();
+            s.store_exclusive(e);
+            p.on_evict(i);
+            s.store_exclusive(e.finish_evict());
+        };
+        let check_proposals = |out: &[u64], want: usize| -> Result<(), TestCaseError> {
+            prop_assert!(out.len() <= want, "{} > {want}", out.len());
+            let mut seen = std::collections::HashSet::new();
+            for &i in out {
+                prop_assert!(i < N, "out of range {i}");
+                prop_assert!(seen.insert(i), "proposed {i} twice");
+                let w = st[i as usize].load();
+                prop_assert!(w.phase() == Phase::Cached, "proposed non-resident {i}");
+                prop_assert!(w.idle(), "proposed pinned {i}");
+            }
+            Ok(())
+        };
+        let mut resident = 0u64;
+        for op in ops {
+            match *op {
+                Op::Access(i, h) => {
+                    let prev = Hint::set(Hint(h));
+                    let w = st[i as usize].load();
+                    if w.phase() == Phase::Cached {
+                        if let Some(t) = w.touch() {
+                            st[i as usize].store_exclusive(t);
+                        }
+                        if p.wants_hits() {
+                            p.on_hit(i);
+                        }
+                    } else {
+                        p.on_miss(i);
+                        let mut room = resident < cap;
+                        while !room {
+                            let mut out = Vec::new();
+                            p.choose_eviction_buffers(&Buffers::new(&st), 1, &mut out);
+                            check_proposals(&out, 1)?;
+                            // The manager's fallback when the policy proposes nothing.
+                            let victim = out.first().copied().or_else(|| {
+                                (0..N).find(|&j| cached(j) && st[j as usize].load().idle())
+                            });
+                            match victim {
+                                Some(v) => {
+                                    evict(&p, v);
+                                    resident -= 1;
+                                    room = true;
+                                }
+                                None => break, // everything pinned
+                            }
+                        }
+                        if room {
+                            let s = &st[i as usize];
+                            let l = w.begin_load().unwrap();
+                            s.store_exclusive(l);
+                            p.on_insert(i);
+                            s.store_exclusive(l.finish_load(Pin::Shared, false).unpin_shared());
+                            resident += 1;
+                        }
+                    }
+                    Hint::set(prev);
+                }
+                Op::Pin(i) => {
+                    let s = &st[i as usize];
+                    if let Some(w) = s.load().pin_shared().filter(|_| cached(i)) {
+                        s.store_exclusive(w);
+                    }
+                }
+                Op::Unpin(i) => {
+                    let s = &st[i as usize];
+                    let w = s.load();
+                    if w.phase() == Phase::Cached && w.pins() > 0 {
+                        s.store_exclusive(w.unpin_shared());
+                    }
+                }
+                Op::Evict(i) => {
+                    if cached(i) && st[i as usize].load().idle() {
+                        evict(&p, i);
+                        resident -= 1;
+                    }
+                }
+                Op::Choose(want) => {
+                    let mut out = Vec::new();
+                    p.choose_eviction_buffers(&Buffers::new(&st), want, &mut out);
+                    check_proposals(&out, want)?;
+                }
+                Op::Protect(i, len, prio) => {
+                    if let Some(h) = handle {
+                        h.protect(i..(i + len).min(N), prio);
+                    }
+                }
+            }
+            prop_assert!(resident <= cap);
+            let mut tracked = p.tracked();
+            tracked.sort_unstable();
+            let want: Vec<u64> = (0..N).filter(|&i| cached(i)).collect();
+            prop_assert_eq!(&tracked, &want, "after {:?}", op);
+        }
+        // With nothing pinned, a policy proposes at least one victim when full.
+        for i in 0..N {
+            let w = st[i as usize].load();
+            if w.phase() == Phase::Cached && w.pins() > 0 {
+                st[i as usize].store_exclusive(w.unpin_shared());
+            }
+        }
+        if resident > 0 {
+            let mut out = Vec::new();
+            p.choose_eviction_buffers(&Buffers::new(&st), 1, &mut out);
+            prop_assert_eq!(out.len(), 1, "nothing proposed with {} resident", resident);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn library_invariants(cap in 1u64..10, ops in prop::collection::vec(op(), 1..300)) {
+            drive(TwoQ::new(), cap, &ops, None)?;
+            drive(ArcPolicy::new(), cap, &ops, None)?;
+            drive(Lirs::new(), cap, &ops, None)?;
+            drive(WTinyLfu::new(), cap, &ops, None)?;
+            drive(Lhd::new(), cap, &ops, None)?;
+            drive(Mglru::new(), cap, &ops, None)?;
+            drive(GetScan::new(), cap, &ops, None)?;
+            let p = Priority::new();
+            let h = p.handle();
+            drive(p, cap, &ops, Some(&h))?;
+        }
+    }
+
+    #[test]
+    fn every_name_builds() {
+        for name in ADVANCED_POLICY_NAMES {
+            let p = advanced_policy_by_name(name).unwrap();
+            assert_eq!(p.name(), *name);
+        }
+        assert!(advanced_policy_by_name("nope").is_none());
+    }
 }

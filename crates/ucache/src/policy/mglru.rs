@@ -87,6 +87,9 @@ impl Policy for Mglru {
     fn choose_eviction_buffers(&self, buffers: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
         let mut g = self.gens();
         let start = out.len();
+        if g.lists.iter().all(|l| l.is_empty()) {
+            return; // nothing to age towards
+        }
         let mut seq = g.min_seq;
         while out.len() - start < want && seq <= self.max_seq.load(Relaxed) {
             let slot = (seq % MAX_GENS as u64) as usize;
@@ -105,7 +108,7 @@ impl Policy for Mglru {
                     out.push(i);
                 }
             }
-            if g.lists[slot].is_empty() && seq == g.min_seq {
+            if g.lists[slot].is_empty() && seq == g.min_seq && seq < self.max_seq.load(Relaxed) {
                 // The oldest generation drained: retire it, and age if too few are left.
                 g.min_seq += 1;
                 let max = self.max_seq.load(Relaxed);

@@ -130,21 +130,22 @@ impl Policy for WTinyLfu {
                 }
                 continue;
             };
-            let admit = match victim {
-                _ if st.main_len() < st.main_max => true,
-                None => true,
-                Some(v) => st.sketch.estimate(c) > st.sketch.estimate(v),
+            // Admitted into free room (no victim), admitted against a victim, or rejected.
+            let admit = if st.main_len() < st.main_max {
+                Some(None)
+            } else {
+                victim
+                    .filter(|&v| st.sketch.estimate(c) > st.sketch.estimate(v))
+                    .map(Some)
             };
-            if admit {
+            if let Some(evicts) = admit {
                 if listed_as_candidate {
                     st.candidates.remove(c);
                 } else {
                     st.window.remove(c);
                 }
-                let full = st.main_len() >= st.main_max;
                 st.probation.push_front(c);
-                if full {
-                    let v = victim.unwrap();
+                if let Some(v) = evicts {
                     victim = st.main_victim(Some(v));
                     if idle(buffers, v) {
                         out.push(v);
