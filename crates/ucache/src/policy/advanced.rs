@@ -145,7 +145,8 @@ mod tests {
                         while !room {
                             let mut out = Vec::new();
                             p.choose_eviction_buffers(&Buffers::new(&st), 1, &mut out);
-                            check_proposals(&out, 1)?;
+                            check_proposals(&out, 1)
+                                .map_err(|e| TestCaseError::fail(format!("{}: {e}", p.name())))?;
                             // The manager's fallback when the policy proposes nothing.
                             let victim = out.first().copied().or_else(|| {
                                 (0..N).find(|&j| cached(j) && st[j as usize].load().idle())
@@ -192,7 +193,8 @@ mod tests {
                 Op::Choose(want) => {
                     let mut out = Vec::new();
                     p.choose_eviction_buffers(&Buffers::new(&st), want, &mut out);
-                    check_proposals(&out, want)?;
+                    check_proposals(&out, want)
+                        .map_err(|e| TestCaseError::fail(format!("{}: {e}", p.name())))?;
                 }
                 Op::Protect(i, len, prio) => {
                     if let Some(h) = handle {
@@ -204,19 +206,26 @@ mod tests {
             let mut tracked = p.tracked();
             tracked.sort_unstable();
             let want: Vec<u64> = (0..N).filter(|&i| cached(i)).collect();
-            prop_assert_eq!(&tracked, &want, "after {:?}", op);
+            prop_assert_eq!(&tracked, &want, "{} after {:?}", p.name(), op);
         }
         // With nothing pinned, a policy proposes at least one victim when full.
         for i in 0..N {
-            let w = st[i as usize].load();
-            if w.phase() == Phase::Cached && w.pins() > 0 {
-                st[i as usize].store_exclusive(w.unpin_shared());
+            let mut w = st[i as usize].load();
+            while w.phase() == Phase::Cached && w.pins() > 0 {
+                w = w.unpin_shared();
+                st[i as usize].store_exclusive(w);
             }
         }
         if resident > 0 {
             let mut out = Vec::new();
             p.choose_eviction_buffers(&Buffers::new(&st), 1, &mut out);
-            prop_assert_eq!(out.len(), 1, "nothing proposed with {} resident", resident);
+            prop_assert_eq!(
+                out.len(),
+                1,
+                "{}: nothing proposed, {} resident",
+                p.name(),
+                resident
+            );
         }
         Ok(())
     }

@@ -157,8 +157,9 @@ impl Policy for Lirs {
                     st.prune();
                 }
             }
-            Status::HirResident if st.s.contains(x) => {
-                // Its IRR beat the oldest LIR buffer's recency: swap them.
+            Status::HirResident if st.s.contains(x) || st.lir < st.lir_max => {
+                // Its IRR beat the oldest LIR buffer's recency: swap them. (Or the LIR set has
+                // room, after explicit evictions: as during warm-up, it joins directly.)
                 st.q.remove(x);
                 st.make_lir(x);
             }

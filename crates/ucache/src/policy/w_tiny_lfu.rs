@@ -145,6 +145,9 @@ impl Policy for WTinyLfu {
                     st.window.remove(c);
                 }
                 st.probation.push_front(c);
+                if victim.is_none() {
+                    victim = st.main_victim(None);
+                }
                 if let Some(v) = evicts {
                     victim = st.main_victim(Some(v));
                     if idle(buffers, v) {
