@@ -525,6 +525,7 @@ impl MappingCore {
         }
         // Claim first, reserve second: a thread that saw the buffer evicted a moment ago must
         // not evict others (or this very buffer, once loaded by someone else) for nothing.
+        self.policy.on_miss(i);
         let t = self.clock();
         if let Err(e) = self.cache.reserve(self.bs as u64) {
             let _ = s.update(|w| Some(w.abort_load()));
@@ -738,7 +739,13 @@ impl MappingCore {
 
     /// Claims every evicted buffer among `indices` (reserving budget for each). Returns the
     /// claimed ones; the rest are cached, loading or evicting by someone else.
-    fn claim_loads(&self, indices: impl Iterator<Item = u64>) -> Result<(Vec<u64>, Vec<u64>)> {
+    /// `demand` says the caller needs the data now (ensure_cached), not a prefetch: only demand
+    /// misses reach [`Policy::on_miss`].
+    fn claim_loads(
+        &self,
+        indices: impl Iterator<Item = u64>,
+        demand: bool,
+    ) -> Result<(Vec<u64>, Vec<u64>)> {
         let mut claimed = Vec::new();
         let mut others = Vec::new();
         for i in indices {
@@ -762,6 +769,9 @@ impl MappingCore {
             if s.cas(w, l).is_err() {
                 others.push(i);
                 continue;
+            }
+            if demand {
+                self.policy.on_miss(i);
             }
             if let Err(e) = self.cache.reserve(self.bs as u64) {
                 let _ = s.update(|w| Some(w.abort_load()));
@@ -876,7 +886,7 @@ impl MappingCore {
         for &i in indices {
             self.check_index(i)?;
         }
-        let (claimed, others) = self.claim_loads(indices.iter().copied())?;
+        let (claimed, others) = self.claim_loads(indices.iter().copied(), true)?;
         let hits = indices.len() - claimed.len() - others.len();
         self.stats().add(Counter::Hits, hits as u64);
         self.load_claimed(&claimed, false)?;
@@ -951,7 +961,7 @@ impl MappingCore {
             .collect();
         self.stats()
             .add(Counter::Bypasses, (before - admitted.len()) as u64);
-        let (claimed, _) = self.claim_loads(admitted.into_iter())?;
+        let (claimed, _) = self.claim_loads(admitted.into_iter(), false)?;
         if !claimed.is_empty() {
             self.cache.io.submit(Job::Load {
                 mapping: self.clone(),

@@ -147,6 +147,9 @@ impl Harness {
                 s.store_exclusive(s.load().unpin_shared());
             }
             Op::Access(i) => {
+                // A demand miss tells the policy first; `Pin` below loads without it, as a
+                // prefetch does, so both orders are covered.
+                self.policy.on_miss(i);
                 self.load(i, Pin::Shared, want)?;
                 if self.pinned.remove(&i) {
                     let s = &self.states[i as usize];

@@ -138,6 +138,11 @@ impl Guarded {
     }
 
     #[inline]
+    pub fn on_miss(&self, index: u64) {
+        self.call((), |p| p.on_miss(index));
+    }
+
+    #[inline]
     pub fn on_insert(&self, index: u64) {
         self.call((), |p| p.on_insert(index));
     }

@@ -13,41 +13,62 @@
 
 use crate::state::{BufferState, Word};
 
+mod advanced;
+mod arc;
 mod clock;
 #[cfg(test)]
 mod conformance;
+mod count_min;
 mod fallback;
 mod fifo;
+mod get_scan;
 mod global;
 mod guarded;
 mod hint;
 mod lfu;
+mod lhd;
+mod lirs;
 mod list;
 mod lists;
 mod lru;
+mod mglru;
 mod mru;
+pub mod prefetch;
+mod priority;
 mod registry;
 mod resident;
 mod s3fifo;
 mod sieve;
 mod simulator;
+mod two_q;
+mod w_tiny_lfu;
 
+pub use advanced::{advanced_policy_by_name, ADVANCED_POLICY_NAMES};
+pub use arc::ArcPolicy;
 pub use clock::Clock;
+pub use count_min::CountMin;
 pub use fallback::Fallback;
 pub use fifo::Fifo;
+pub use get_scan::GetScan;
 pub use global::{MappingUsage, ProportionalGlobal};
 pub use guarded::Guarded;
 pub use hint::Hint;
 pub use lfu::Lfu;
+pub use lhd::Lhd;
+pub use lirs::Lirs;
 pub use list::IndexList;
 pub use lists::IndexQueues;
 pub use lru::Lru;
+pub use mglru::Mglru;
 pub use mru::Mru;
+pub use priority::{Priority, PriorityHandle};
 pub use registry::{policy_by_name, POLICY_NAMES};
 pub use resident::ResidentSet;
 pub use s3fifo::{S3Fifo, S3Queue};
 pub use sieve::Sieve;
 pub use simulator::{SimStats, Simulator};
+pub use two_q::TwoQ;
+pub use w_tiny_lfu::WTinyLfu;
 
 /// The shape of the mapping a policy is attached to.
 #[derive(Clone, Copy, Debug)]
@@ -170,6 +191,15 @@ pub trait Policy: Send + Sync + 'static {
     /// need no per-hit work (CLOCK keeps its bit in the state word) cost nothing on hits.
     fn wants_hits(&self) -> bool {
         false
+    }
+
+    /// A demand access missed on this buffer: called before the manager reserves memory for
+    /// it (and so before any eviction that reservation causes), with the buffer not yet
+    /// resident. Ghost-based policies (ARC, 2Q, LIRS) adapt here, exactly where their papers
+    /// do, since by [`Policy::on_insert`] the evictions made for this miss have already
+    /// consumed the ghost lists. Not called for prefetches.
+    fn on_miss(&self, index: u64) {
+        let _ = index;
     }
 
     /// An access found the buffer cached. For a pin the buffer stays held while this runs; for

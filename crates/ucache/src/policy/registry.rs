@@ -1,12 +1,28 @@
 //! Policies by name, for command lines, configuration files and the simulator.
 //!
 //! A plain `match` rather than a registration mechanism: the set is known at compile time, and
-//! adding a policy is one arm here and one entry in [`POLICY_NAMES`].
+//! adding a policy is one arm here (or in `advanced.rs`) and one entry in [`POLICY_NAMES`].
 
-use super::{Clock, Fifo, Lfu, Lru, Mru, Policy, S3Fifo, Sieve};
+use super::{advanced_policy_by_name, Clock, Fifo, Lfu, Lru, Mru, Policy, S3Fifo, Sieve};
 
 /// Every name [`policy_by_name`] knows, default first.
-pub const POLICY_NAMES: &[&str] = &["clock", "fifo", "lru", "mru", "lfu", "sieve", "s3fifo"];
+pub const POLICY_NAMES: &[&str] = &[
+    "clock",
+    "fifo",
+    "lru",
+    "mru",
+    "lfu",
+    "sieve",
+    "s3fifo",
+    "2q",
+    "arc",
+    "lirs",
+    "w-tinylfu",
+    "lhd",
+    "mglru",
+    "get-scan",
+    "priority",
+];
 
 /// A fresh, unattached policy called `name` (case-sensitive), or `None`.
 pub fn policy_by_name(name: &str) -> Option<Box<dyn Policy>> {
@@ -18,7 +34,7 @@ pub fn policy_by_name(name: &str) -> Option<Box<dyn Policy>> {
         "lfu" => Box::new(Lfu::new()),
         "sieve" => Box::new(Sieve::new()),
         "s3fifo" => Box::new(S3Fifo::new()),
-        _ => return None,
+        other => return advanced_policy_by_name(other),
     })
 }
 
@@ -33,5 +49,8 @@ mod tests {
             assert_eq!(p.name(), n);
         }
         assert!(policy_by_name("nope").is_none());
+        for &n in super::super::ADVANCED_POLICY_NAMES {
+            assert!(POLICY_NAMES.contains(&n), "{n} missing from POLICY_NAMES");
+        }
     }
 }

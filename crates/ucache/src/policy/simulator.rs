@@ -136,6 +136,7 @@ impl Simulator {
             return true;
         }
         self.stats.misses += 1;
+        self.policy.on_miss(id);
         if !self.policy.admit(id) {
             self.stats.bypassed += 1;
             return false;

@@ -1,0 +1,170 @@
+//! Sequential readahead with an adaptive window, after Linux's on-demand readahead
+//! (mm/readahead.c; Wu Fengguang et al., "On-demand readahead", 2007).
+//!
+//! A miss right after another miss (or at buffer 0) starts a stream with a small window; a
+//! miss exactly where the previous window ended means the reader consumed it, so the window
+//! doubles, up to a maximum. A miss that continues no stream is random access: it starts a
+//! new, windowless stream (replacing the least recently used one), so a random reader
+//! pays for no readahead and a reader that turns random loses its window. Several streams
+//! are tracked at once, so interleaved sequential readers (threads scanning different
+//! ranges) each keep their own window. Suits sequential scans: table scans, log replay,
+//! file copies.
+
+use parking_lot::Mutex;
+
+use super::super::Layout;
+use super::Prefetcher;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct StreamState {
+    /// The last buffer this stream covers (its last miss or the end of its window).
+    last: u64,
+    /// The current window (0: not sequential yet).
+    size: u64,
+    /// For replacement: when the stream was last used.
+    used: u64,
+    live: bool,
+}
+
+pub struct ReadAhead {
+    initial: u64,
+    max: u64,
+    buffers: u64,
+    streams: Mutex<(Vec<StreamState>, u64)>,
+}
+
+impl ReadAhead {
+    /// Windows start at `initial` buffers and double up to `max`; 4 streams.
+    pub fn new(initial: u64, max: u64) -> Self {
+        Self::with_streams(initial, max, 4)
+    }
+
+    /// As [`ReadAhead::new`], tracking `streams` concurrent sequential readers (at least 1).
+    pub fn with_streams(initial: u64, max: u64, streams: usize) -> Self {
+        let initial = initial.max(1);
+        ReadAhead {
+            initial,
+            max: max.max(initial),
+            buffers: u64::MAX,
+            streams: Mutex::new((vec![StreamState::default(); streams.max(1)], 0)),
+        }
+    }
+}
+
+impl Default for ReadAhead {
+    /// Linux's defaults in 4 KiB pages: an initial window of 4, a maximum of 32 (128 KiB).
+    fn default() -> Self {
+        Self::new(4, 32)
+    }
+}
+
+impl Prefetcher for ReadAhead {
+    fn name(&self) -> &str {
+        "readahead"
+    }
+
+    fn attach(&mut self, layout: Layout) {
+        self.buffers = layout.buffers;
+    }
+
+    fn on_miss(&self, index: u64, out: &mut Vec<u64>) {
+        let mut g = self.streams.lock();
+        let (streams, clock) = &mut *g;
+        *clock += 1;
+        let now = *clock;
+        let hit = streams
+            .iter()
+            .position(|s| s.live && s.last.checked_add(1) == Some(index));
+        let k = match hit {
+            Some(k) => k,
+            None => {
+                // Random access (or a new reader): take over the least recently used stream.
+                let k = (0..streams.len()).min_by_key(|&k| streams[k].used).unwrap();
+                streams[k] = StreamState {
+                    last: index,
+                    size: 0,
+                    used: now,
+                    live: true,
+                };
+                if index != 0 {
+                    return;
+                }
+                k
+            }
+        };
+        let s = &mut streams[k];
+        s.used = now;
+        s.size = if s.size == 0 {
+            self.initial
+        } else {
+            (2 * s.size).min(self.max)
+        };
+        let end = index
+            .saturating_add(s.size)
+            .min(self.buffers.saturating_sub(1));
+        out.extend(index + 1..=end);
+        s.last = end.max(index);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(p: &ReadAhead, misses: &[u64]) -> Vec<Vec<u64>> {
+        misses
+            .iter()
+            .map(|&i| {
+                let mut v = Vec::new();
+                p.on_miss(i, &mut v);
+                v
+            })
+            .collect()
+    }
+
+    #[test]
+    fn window_doubles_on_sequential_misses_up_to_max() {
+        let p = ReadAhead::new(2, 8);
+        // A reader that consumes every window: each miss lands right after the last one.
+        let got = run(&p, &[0, 3, 8, 17, 26]);
+        assert_eq!(got[0], vec![1, 2]);
+        assert_eq!(got[1], (4..=7).collect::<Vec<_>>());
+        assert_eq!(got[2], (9..=16).collect::<Vec<_>>());
+        assert_eq!(got[3], (18..=25).collect::<Vec<_>>(), "capped at 8");
+        assert_eq!(got[4], (27..=34).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn random_access_resets() {
+        let p = ReadAhead::with_streams(2, 8, 1);
+        let got = run(&p, &[100, 101, 104, 500, 900, 901, 904]);
+        assert!(got[0].is_empty(), "a lone miss is random: no readahead");
+        assert_eq!(got[1], vec![102, 103], "sequential: initial window");
+        assert_eq!(got[2], (105..=108).collect::<Vec<_>>());
+        assert!(got[3].is_empty() && got[4].is_empty(), "random again");
+        assert_eq!(got[5], vec![902, 903], "back to the initial window");
+        assert_eq!(got[6].len(), 4);
+    }
+
+    #[test]
+    fn interleaved_streams_keep_their_windows() {
+        let p = ReadAhead::new(2, 16);
+        let got = run(&p, &[1000, 5000, 1001, 5001, 1004, 5004]);
+        assert_eq!(got[2], vec![1002, 1003]);
+        assert_eq!(got[3], vec![5002, 5003]);
+        assert_eq!(got[4].len(), 4);
+        assert_eq!(got[5].len(), 4);
+    }
+
+    #[test]
+    fn clamped_to_the_mapping() {
+        let mut p = ReadAhead::new(4, 4);
+        p.attach(Layout {
+            buffers: 10,
+            capacity: 5,
+            buffer_size: 4096,
+        });
+        let got = run(&p, &[6, 7]);
+        assert_eq!(got[1], vec![8, 9]);
+    }
+}
