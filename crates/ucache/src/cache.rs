@@ -281,6 +281,26 @@ impl CacheCore {
         }
     }
 
+    /// As [`CacheCore::reserve`], but gives up as soon as an eviction round frees nothing.
+    pub(crate) fn try_reserve(&self, bytes: u64) -> bool {
+        loop {
+            let used = self.used.load(Ordering::Relaxed);
+            if !self.global.need_to_evict(used, bytes, self.budget) {
+                if self
+                    .used
+                    .compare_exchange_weak(used, used + bytes, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return true;
+                }
+                continue;
+            }
+            if self.evict_round() == 0 {
+                return false;
+            }
+        }
+    }
+
     /// Gives back `bytes` of the budget (after an eviction or a failed load).
     pub(crate) fn release(&self, bytes: u64) {
         let prev = self.used.fetch_sub(bytes, Ordering::AcqRel);

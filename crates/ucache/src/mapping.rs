@@ -28,6 +28,7 @@ use crate::fault::{FaultAction, FaultHandling, FaultHook};
 use crate::fault_thread::FaultThreads;
 use crate::guard::{ExclusiveGuard, OptimisticView, SharedGuard};
 use crate::io_worker::Job;
+use crate::policy::prefetch::{ReadAhead, WithPrefetch};
 use crate::policy::{Buffers, Clock, Guarded, Layout, Policy};
 use crate::region::Region;
 use crate::sigbus::Registration;
@@ -56,6 +57,7 @@ pub struct MapOptions {
     fault_handling: FaultHandling,
     fault_hook: Option<FaultHook>,
     track_access: bool,
+    readahead: bool,
 }
 
 impl Default for MapOptions {
@@ -71,6 +73,7 @@ impl Default for MapOptions {
             fault_handling: FaultHandling::default(),
             fault_hook: None,
             track_access: true,
+            readahead: true,
         }
     }
 }
@@ -135,6 +138,16 @@ impl MapOptions {
     /// buffer a soft fault. Turn it off for workloads no policy can help (uniform random).
     pub fn track_access(mut self, on: bool) -> Self {
         self.track_access = on;
+        self
+    }
+    /// Transparent mappings with the default policy only: sequential readahead (on by
+    /// default), as mmap has. Code that scans with plain loads cannot ask for a prefetch, so
+    /// the mapping detects sequential misses itself (Linux's on-demand readahead: a window of
+    /// 4 buffers that doubles up to 32 while the scan continues) and loads the window in the
+    /// background. Random access never triggers it. A mapping given its own policy gets
+    /// readahead by wrapping it: `WithPrefetch::new(policy, ReadAhead::default())`.
+    pub fn readahead(mut self, on: bool) -> Self {
+        self.readahead = on;
         self
     }
     /// What a transparent mapping does when a fault cannot be served (an IO error, a write to
@@ -261,7 +274,13 @@ impl MappingCore {
             .collect::<Vec<_>>()
             .into_boxed_slice();
         let policy = Guarded::new(
-            o.policy.unwrap_or_else(|| Box::new(Clock::new())),
+            o.policy.unwrap_or_else(|| {
+                if o.transparent && o.readahead {
+                    Box::new(WithPrefetch::new(Clock::new(), ReadAhead::default()))
+                } else {
+                    Box::new(Clock::new())
+                }
+            }),
             Layout {
                 buffers: nbuf,
                 capacity: (cache.budget_bytes() / bs as u64).max(1),
@@ -773,7 +792,14 @@ impl MappingCore {
             if demand {
                 self.policy.on_miss(i);
             }
-            if let Err(e) = self.cache.reserve(self.bs as u64) {
+            if !demand {
+                // A prefetch never waits for memory: when nothing can be evicted now (the
+                // budget is held by pins or by this very batch's loads), it stops here.
+                if !self.cache.try_reserve(self.bs as u64) {
+                    let _ = s.update(|w| Some(w.abort_load()));
+                    break;
+                }
+            } else if let Err(e) = self.cache.reserve(self.bs as u64) {
                 let _ = s.update(|w| Some(w.abort_load()));
                 self.abandon_claims(&claimed);
                 return Err(e);

@@ -172,7 +172,10 @@ fn hot_and_cold(track: bool) -> ucache::StatsSnapshot {
         .map(
             Arc::new(store),
             "t",
-            MapOptions::new().transparent(true).track_access(track),
+            MapOptions::new()
+                .transparent(true)
+                .track_access(track)
+                .readahead(false),
         )
         .unwrap();
     let w = words(&m);
@@ -213,5 +216,44 @@ fn set_aside_buffers_give_clock_the_accesses_plain_loads_hide() {
         "tracked {} misses, blind {}",
         tracked.misses,
         blind.misses
+    );
+}
+
+/// A sequential scan with plain loads, with and without the default readahead.
+fn scan(readahead: bool) -> ucache::StatsSnapshot {
+    let n = 512;
+    let store = MemoryStore::new();
+    store.insert("t", pattern(n));
+    let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(8)).unwrap();
+    let m = cache
+        .map(
+            Arc::new(store),
+            "t",
+            MapOptions::new().transparent(true).readahead(readahead),
+        )
+        .unwrap();
+    let w = words(&m);
+    let per = BS / 8;
+    for b in 0..n {
+        assert_eq!(
+            w[b * per + 1].load(Ordering::Relaxed),
+            expected(b * per + 1)
+        );
+    }
+    cache.stats()
+}
+
+#[test]
+fn sequential_plain_loads_are_read_ahead_by_default() {
+    let ra = scan(true);
+    let none = scan(false);
+    assert_eq!(
+        none.misses, 512,
+        "without readahead every buffer is a demand miss"
+    );
+    assert_eq!(none.prefetches, 0);
+    assert!(
+        ra.prefetches > 400 && ra.misses < 64,
+        "readahead loaded most of the scan ahead of the loads: {ra:?}"
     );
 }

@@ -65,6 +65,10 @@ impl Prefetcher for ReadAhead {
 
     fn attach(&mut self, layout: Layout) {
         self.buffers = layout.buffers;
+        // A window must fit the cache many times over, or it evicts itself before the reader
+        // gets to it: at most a quarter of the capacity.
+        self.max = self.max.min((layout.capacity / 4).max(1));
+        self.initial = self.initial.min(self.max);
     }
 
     fn on_miss(&self, index: u64, out: &mut Vec<u64>) {
@@ -161,10 +165,22 @@ mod tests {
         let mut p = ReadAhead::new(4, 4);
         p.attach(Layout {
             buffers: 10,
-            capacity: 5,
+            capacity: 16,
             buffer_size: 4096,
         });
         let got = run(&p, &[6, 7]);
         assert_eq!(got[1], vec![8, 9]);
+    }
+
+    #[test]
+    fn window_is_at_most_a_quarter_of_the_cache() {
+        let mut p = ReadAhead::new(4, 32);
+        p.attach(Layout {
+            buffers: 1000,
+            capacity: 16,
+            buffer_size: 4096,
+        });
+        let got = run(&p, &[0, 5, 10, 15]);
+        assert!(got.iter().all(|w| w.len() <= 4), "{got:?}");
     }
 }
