@@ -91,6 +91,11 @@ pub struct BenchArgs {
     /// throughput against the budget (the paper's Figure 8).
     #[arg(long, value_delimiter = ',', value_parser = parse_size)]
     pub sweep_memory: Vec<u64>,
+    /// Record the buffer index of every op of the first run (rep 1, first system), warm-up
+    /// included, as a trace for `ucache sim --format record`. That run is slowed by the
+    /// recording; threads' streams are interleaved round-robin.
+    #[arg(long)]
+    pub record: Option<PathBuf>,
 }
 
 /// What a finished benchmark hands back to `main` and `demo`.
@@ -335,9 +340,15 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
                 cg.reset_peak();
             }
             let base = n as u64 * run_ms;
-            let res = run_worker(args, sys, &path, in_cgroup.map(|c| c.dir()), |elapsed| {
-                pb.set_position(base + (elapsed.as_millis() as u64).min(run_ms))
-            });
+            let record = args.record.as_deref().filter(|_| n == 0);
+            let res = run_worker(
+                args,
+                sys,
+                &path,
+                in_cgroup.map(|c| c.dir()),
+                record,
+                |elapsed| pb.set_position(base + (elapsed.as_millis() as u64).min(run_ms)),
+            );
             n += 1;
             pb.set_position(n as u64 * run_ms);
             match res {
@@ -440,6 +451,7 @@ fn run_worker(
     sys: SystemKind,
     path: &Path,
     cgroup: Option<&Path>,
+    record: Option<&Path>,
     mut tick: impl FnMut(Duration),
 ) -> Result<RunResult, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
@@ -458,6 +470,9 @@ fn run_worker(
         .args(["--store", args.store.name()]);
     if let Some(cg) = cgroup {
         cmd.arg("--cgroup").arg(cg);
+    }
+    if let Some(r) = record {
+        cmd.arg("--record").arg(r);
     }
     let mut child = cmd
         .stdin(Stdio::null())
