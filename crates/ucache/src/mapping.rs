@@ -36,6 +36,9 @@ use crate::state::{BufferState, Phase, Pin, Word};
 use crate::stats::Counter;
 use crate::store::{IoBuf, Object, OpenOptions, Store};
 
+mod aside;
+use aside::AsidePool;
+
 const MIN_BUFFER: usize = 4096;
 const MAX_BUFFER: usize = 1 << 30;
 /// Direct IO needs 4 KiB alignment of offsets and lengths.
@@ -52,6 +55,7 @@ pub struct MapOptions {
     transparent: bool,
     fault_handling: FaultHandling,
     fault_hook: Option<FaultHook>,
+    track_access: bool,
 }
 
 impl Default for MapOptions {
@@ -66,6 +70,7 @@ impl Default for MapOptions {
             transparent: false,
             fault_handling: FaultHandling::default(),
             fault_hook: None,
+            track_access: true,
         }
     }
 }
@@ -121,6 +126,17 @@ impl MapOptions {
         self.fault_handling = handling;
         self
     }
+    /// Transparent mappings only: give eviction candidates a second chance by setting them
+    /// aside first (on by default). Plain loads never tell ucache which buffers are in use, so
+    /// CLOCK-like policies would see no accesses at all; a buffer the policy picks is copied
+    /// into a small pool and dropped from the mapping, and a touch brings it back without IO
+    /// and counts as an access (sets the referenced bit, calls `on_hit`). The pool takes about
+    /// a sixteenth of the budget; each eviction costs a buffer copy, each touch of a set-aside
+    /// buffer a soft fault. Turn it off for workloads no policy can help (uniform random).
+    pub fn track_access(mut self, on: bool) -> Self {
+        self.track_access = on;
+        self
+    }
     /// What a transparent mapping does when a fault cannot be served (an IO error, a write to
     /// a read-only mapping); default: `SIGBUS`, as mmap. See [`FaultHook`].
     pub fn on_fault_error(mut self, hook: FaultHook) -> Self {
@@ -155,6 +171,8 @@ pub(crate) struct MappingCore {
     registration: std::sync::OnceLock<Registration>,
     /// The handler threads of a transparent mapping in compatibility mode.
     fault_threads: std::sync::OnceLock<FaultThreads>,
+    /// Slots and queue of set-aside buffers (transparent mappings that track access).
+    aside: Option<AsidePool>,
 }
 
 impl MappingCore {
@@ -250,6 +268,15 @@ impl MappingCore {
                 buffer_size: bs,
             },
         );
+        let budget_buffers = cache.budget_bytes() / bs as u64;
+        let slots = AsidePool::slots_for(budget_buffers, nbuf, cache.batch());
+        let aside = if o.transparent && o.track_access && slots > 0 {
+            let pool = AsidePool::new(slots, bs, nbuf)?;
+            cache.reserve(pool.bytes())?;
+            Some(pool)
+        } else {
+            None
+        };
         Ok(MappingCore {
             id,
             policy_hits: policy.wants_hits(),
@@ -270,6 +297,7 @@ impl MappingCore {
             fault_handling: o.fault_handling,
             registration: std::sync::OnceLock::new(),
             fault_threads: std::sync::OnceLock::new(),
+            aside,
         })
     }
 
@@ -459,6 +487,10 @@ impl MappingCore {
             if w.phase() == Phase::Evicted && w.idle() {
                 if self.load_one(i, w, pin, false)? {
                     self.after_miss(i);
+                    return Ok(());
+                }
+            } else if w.phase() == Phase::Aside && w.idle() {
+                if self.restore(i, w, pin, false)? {
                     return Ok(());
                 }
             } else {
@@ -657,6 +689,11 @@ impl MappingCore {
                 Phase::Evicted if w.idle() => {
                     if self.load_one(i, w, Pin::None, write)? {
                         self.after_miss(i);
+                        return Ok(());
+                    }
+                }
+                Phase::Aside if w.idle() => {
+                    if self.restore(i, w, Pin::None, write)? {
                         return Ok(());
                     }
                 }
@@ -1067,6 +1104,14 @@ impl MappingCore {
     /// Asks the policy for up to `want` victims and evicts those that validate; if none do,
     /// the manager's own sweep picks the victims instead.
     pub(crate) fn evict_some(&self, want: usize) -> u64 {
+        match &self.aside {
+            Some(q) => self.evict_some_tracked(q, want),
+            None => self.evict_chosen(want),
+        }
+    }
+
+    /// Evicts the policy's choice now, without a second chance.
+    fn evict_chosen(&self, want: usize) -> u64 {
         let mut cands = Vec::with_capacity(want);
         let buffers = Buffers::new(&self.states);
         self.policy
@@ -1097,6 +1142,7 @@ impl MappingCore {
     /// and, if write-backs failed, their count and the first error.
     fn evict_indices(&self, cands: &[u64], explicit: bool) -> (u64, Option<(usize, Error)>) {
         let mut clean = Vec::with_capacity(cands.len());
+        let mut aside = Vec::new();
         let mut dirty = Vec::new();
         let mut cancels = 0u64;
         for &i in cands {
@@ -1114,7 +1160,11 @@ impl MappingCore {
                 }
             } else if let Some(e) = w.begin_evict() {
                 if s.cas(w, e).is_ok() {
-                    clean.push(i);
+                    if w.phase() == Phase::Aside {
+                        aside.push(i);
+                    } else {
+                        clean.push(i);
+                    }
                 } else {
                     cancels += 1;
                 }
@@ -1145,19 +1195,28 @@ impl MappingCore {
             }
         }
         self.stats().add(Counter::EvictionCancels, cancels);
+        let ranges = |v: &[u64]| -> Vec<(usize, usize)> {
+            v.iter()
+                .map(|&i| ((i << self.shift) as usize, self.bs))
+                .collect()
+        };
+        if let Some(pool) = &self.aside {
+            // Set-aside buffers have no pages in the mapping: freeing the slot is all.
+            aside.iter().for_each(|&i| pool.release(i));
+        }
+        if !clean.is_empty() {
+            if let Err(e) = self.region.drop_ranges(&ranges(&clean)) {
+                // The memory could not be dropped: keep every buffer resident and valid.
+                for &i in &clean {
+                    let _ = self.state(i).update(|w| Some(w.cancel_evict()));
+                }
+                clean.clear();
+                failure = failure.or(Some((0, e)));
+            }
+        }
+        clean.append(&mut aside);
         if clean.is_empty() {
             return (0, failure);
-        }
-        let ranges: Vec<(usize, usize)> = clean
-            .iter()
-            .map(|&i| ((i << self.shift) as usize, self.bs))
-            .collect();
-        if let Err(e) = self.region.drop_ranges(&ranges) {
-            // The memory could not be dropped: keep every buffer resident and valid.
-            for &i in &clean {
-                let _ = self.state(i).update(|w| Some(w.cancel_evict()));
-            }
-            return (0, failure.or(Some((0, e))));
         }
         let mut wasted = 0;
         for &i in &clean {
@@ -1194,7 +1253,9 @@ impl MappingCore {
                 let s = self.state(i);
                 loop {
                     let w = s.load();
-                    if matches!(w.phase(), Phase::Cached | Phase::Evicted) && !w.writing() {
+                    if matches!(w.phase(), Phase::Cached | Phase::Evicted | Phase::Aside)
+                        && !w.writing()
+                    {
                         break;
                     }
                     s.wait_change(w);
@@ -1217,6 +1278,9 @@ impl Drop for MappingCore {
         let left = self.resident.load(Ordering::Relaxed);
         if left > 0 {
             self.cache.release(left * self.bs as u64);
+        }
+        if let Some(pool) = &self.aside {
+            self.cache.release(pool.bytes());
         }
     }
 }

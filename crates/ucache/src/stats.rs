@@ -71,6 +71,8 @@ counters! {
     fault_evict_ns: "With `profile_faults`: of that, making room (eviction).",
     fault_io_ns: "With `profile_faults`: of that, reading from the store.",
     fault_install_ns: "With `profile_faults`: of that, installing pages (UFFDIO_COPY).",
+    set_aside: "Buffers of transparent mappings set aside as eviction candidates (pages moved out).",
+    restores: "Set-aside buffers touched again and brought back without IO (soft faults).",
 }
 
 /// The live counters of one cache.
@@ -122,6 +124,8 @@ pub(crate) enum Counter {
     FaultEvictNs,
     FaultIoNs,
     FaultInstallNs,
+    SetAside,
+    Restores,
 }
 
 impl Stats {
@@ -164,6 +168,8 @@ impl Stats {
             Counter::FaultEvictNs => &s.fault_evict_ns,
             Counter::FaultIoNs => &s.fault_io_ns,
             Counter::FaultInstallNs => &s.fault_install_ns,
+            Counter::SetAside => &s.set_aside,
+            Counter::Restores => &s.restores,
         };
         Self::bump(a, n, owned);
     }
