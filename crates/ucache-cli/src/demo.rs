@@ -80,6 +80,7 @@ pub fn run(args: &DemoArgs) -> Result<Outcome, String> {
             SystemKind::RawUring,
         ],
         no_cgroup: args.no_cgroup,
+        record: None,
         sweep_buffer_size: Vec::new(),
         sweep_memory: Vec::new(),
         sweep_prefetch_depth: Vec::new(),

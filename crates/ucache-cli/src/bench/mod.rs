@@ -108,6 +108,11 @@ pub struct BenchArgs {
     /// throughput against the requests in flight (miss throughput over S3).
     #[arg(long, value_delimiter = ',')]
     pub sweep_prefetch_depth: Vec<usize>,
+    /// Record the buffer index of every op of the first run (rep 1, first system), warm-up
+    /// included, as a trace for `ucache sim --format record`. That run is slowed by the
+    /// recording; threads' streams are interleaved round-robin.
+    #[arg(long)]
+    pub record: Option<PathBuf>,
 }
 
 /// What a finished benchmark hands back to `main` and `demo`.
@@ -398,9 +403,15 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
                 cg.reset_peak();
             }
             let base = n as u64 * run_ms;
-            let res = run_worker(args, sys, &path, in_cgroup.map(|c| c.dir()), |elapsed| {
-                pb.set_position(base + (elapsed.as_millis() as u64).min(run_ms))
-            });
+            let record = args.record.as_deref().filter(|_| n == 0);
+            let res = run_worker(
+                args,
+                sys,
+                &path,
+                in_cgroup.map(|c| c.dir()),
+                record,
+                |elapsed| pb.set_position(base + (elapsed.as_millis() as u64).min(run_ms)),
+            );
             n += 1;
             pb.set_position(n as u64 * run_ms);
             match res {
@@ -512,6 +523,7 @@ fn run_worker(
     sys: SystemKind,
     path: &Path,
     cgroup: Option<&Path>,
+    record: Option<&Path>,
     mut tick: impl FnMut(Duration),
 ) -> Result<RunResult, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
@@ -534,6 +546,9 @@ fn run_worker(
     }
     if let Some(cg) = cgroup {
         cmd.arg("--cgroup").arg(cg);
+    }
+    if let Some(r) = record {
+        cmd.arg("--record").arg(r);
     }
     let mut child = cmd
         .stdin(Stdio::null())

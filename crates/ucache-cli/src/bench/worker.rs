@@ -50,7 +50,13 @@ pub struct WorkerArgs {
     /// A cgroup directory to join before touching the data.
     #[arg(long)]
     pub cgroup: Option<PathBuf>,
+    /// Record every op's buffer index into this trace file (`ucache sim --format record`).
+    #[arg(long)]
+    pub record: Option<PathBuf>,
 }
+
+/// Ops recorded at most, over all threads: 256 MiB of indices in memory.
+const RECORD_LIMIT: usize = 1 << 25;
 
 const WARMUP: u8 = 0;
 const MEASURE: u8 = 1;
@@ -80,10 +86,13 @@ pub struct ThreadCtx<'a> {
     ticks: u64,
     mismatches: u64,
     hist: Histogram,
+    /// With `--record`: this thread's buffer indices, in order, up to `record_limit`.
+    recorded: Option<Vec<u64>>,
+    record_limit: usize,
 }
 
 impl<'a> ThreadCtx<'a> {
-    fn new(index: usize, shared: &'a Shared, params: &'a Params) -> Self {
+    fn new(index: usize, shared: &'a Shared, params: &'a Params, record: bool) -> Self {
         let seed = (std::process::id() as u64) << 32
             ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
             ^ Instant::now().elapsed().as_nanos() as u64
@@ -100,6 +109,16 @@ impl<'a> ThreadCtx<'a> {
             ticks: 0,
             mismatches: 0,
             hist: Histogram::new(),
+            recorded: record.then(Vec::new),
+            record_limit: RECORD_LIMIT / params.threads.max(1),
+        }
+    }
+
+    #[inline]
+    fn record(&mut self, indices: &[u64]) {
+        if let Some(r) = &mut self.recorded {
+            let room = self.record_limit.saturating_sub(r.len());
+            r.extend_from_slice(&indices[..indices.len().min(room)]);
         }
     }
 
@@ -114,16 +133,21 @@ impl<'a> ThreadCtx<'a> {
 
     #[inline]
     pub fn next_index(&mut self) -> u64 {
-        self.params
-            .workload
-            .next_index(&mut self.rng, &self.shared.cursor, self.params.buffers())
+        let i = self.params.workload.next_index(
+            &mut self.rng,
+            &self.shared.cursor,
+            self.params.buffers(),
+        );
+        self.record(&[i]);
+        i
     }
 
     pub fn next_indices(&mut self, out: &mut [u64]) {
         let n = self.params.buffers();
         self.params
             .workload
-            .next_indices(&mut self.rng, &self.shared.cursor, n, out)
+            .next_indices(&mut self.rng, &self.shared.cursor, n, out);
+        self.record(out);
     }
 
     /// A start time for one op in eight while measuring: timing every op would add two clock
@@ -246,6 +270,22 @@ fn warm_until_full(shared: &Shared, sys: &dyn system::System, args: &WorkerArgs)
     }
 }
 
+/// Writes the threads' index streams as one trace, interleaved round-robin: the order in which
+/// concurrent threads' accesses reached the cache is not known, and alternating them is the
+/// closest simple stand-in.
+fn write_record(path: &std::path::Path, streams: &[Vec<u64>]) -> std::io::Result<()> {
+    let mut w = crate::sim::record::RecordWriter::create(path)?;
+    let longest = streams.iter().map(Vec::len).max().unwrap_or(0);
+    for k in 0..longest {
+        for s in streams {
+            if let Some(&i) = s.get(k) {
+                w.push(i)?;
+            }
+        }
+    }
+    w.finish().map(drop)
+}
+
 /// Runs the worker; the returned error goes to stderr and makes the exit status non-zero.
 pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
     if let Some(dir) = &args.cgroup {
@@ -282,12 +322,12 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
                 std::thread::Builder::new()
                     .name(format!("bench-{i}"))
                     .spawn_scoped(s, move || {
-                        let mut ctx = ThreadCtx::new(i, shared, params);
+                        let mut ctx = ThreadCtx::new(i, shared, params, args.record.is_some());
                         let r = sys_ref.run_thread(&mut ctx);
                         if r.is_err() {
                             shared.failed.store(true, Ordering::Relaxed);
                         }
-                        (r, ctx.hist, ctx.mismatches)
+                        (r, ctx.hist, ctx.mismatches, ctx.recorded)
                     })
                     .expect("spawn bench thread")
             })
@@ -308,11 +348,15 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
 
     let mut hist = Histogram::new();
     let mut mismatches = 0;
-    for (r, h, m) in &outcomes {
+    for (r, h, m, _) in &outcomes {
         r.as_ref()
             .map_err(|e| format!("{}: {e}", args.system.name()))?;
         hist.merge(h);
         mismatches += m;
+    }
+    if let Some(path) = &args.record {
+        let streams: Vec<Vec<u64>> = outcomes.into_iter().filter_map(|o| o.3).collect();
+        write_record(path, &streams).map_err(|e| format!("{}: {e}", path.display()))?;
     }
 
     let wall = after.at - before.at;
@@ -363,4 +407,24 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
         cgroup_peak_bytes: None,
         cgroup_limit_hits: None,
     })
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    #[test]
+    fn recorded_streams_interleave_round_robin() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.rec");
+        write_record(&path, &[vec![1, 2, 3], vec![10], vec![20, 21]]).unwrap();
+        let mut ids = Vec::new();
+        let f = std::fs::File::open(&path).unwrap();
+        crate::sim::record::read(&mut std::io::BufReader::new(f), &mut |i| {
+            ids.push(i);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(ids, vec![1, 10, 20, 2, 21, 3]);
+    }
 }

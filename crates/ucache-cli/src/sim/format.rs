@@ -24,8 +24,8 @@ pub enum Format {
     /// each request, read or write, touches every 4 KiB block it covers; the id is
     /// (disk, block).
     Msr,
-    /// ucache's own record format (see `ucache sim`'s record.rs): written by
-    /// `ucache bench --record`.
+    /// ucache's own trace: the magic UCTRACE1, then one little-endian u64 id per access.
+    /// Written by --save-trace and by `ucache bench --record`.
     Record,
 }
 

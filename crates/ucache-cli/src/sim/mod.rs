@@ -51,7 +51,8 @@ pub struct SimArgs {
     /// Seed of --generate.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Comma-separated policies (see `ucache sim --help` for the names).
+    /// Comma-separated policies: clock, fifo, lru, mru, lfu, sieve, s3fifo (an unknown name
+    /// is refused with the list of those built in).
     #[arg(long, default_value = "clock,fifo,lru,sieve,s3fifo")]
     pub policies: String,
     /// Comma-separated cache sizes: a percentage of the distinct ids (10%) or a number of
