@@ -18,6 +18,7 @@ pub mod sweep;
 pub mod system;
 pub mod worker;
 pub mod workload;
+pub mod zipf;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -36,7 +37,8 @@ use crate::size::{format_size, parse_size};
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
     /// lookup: random 8-byte reads, one random buffer per op; seq: a shared cursor sweeps the
-    /// buffers, reading every 4 KiB page of each (the paper's Figure 6).
+    /// buffers, reading every 4 KiB page of each (the paper's Figure 6); zipf: lookups with
+    /// Zipf(0.99) skew.
     #[arg(value_enum)]
     pub workload: Workload,
     /// Size of the data file (suffixes K, M, G, KiB, MiB, GiB are all powers of 1024).

@@ -43,6 +43,9 @@ pub enum SystemKind {
     /// The same, in compatibility mode: faults queue on the userfaultfd and handler threads
     /// (as many as workload threads) serve them.
     UcacheTransparentThreads,
+    /// ucache-transparent without access tracking: eviction candidates are dropped at once
+    /// instead of set aside first, so CLOCK sees no accesses (what tracking costs and buys).
+    UcacheTransparentUntracked,
     /// The whole file copied into an anonymous array first: the in-memory upper bound (only
     /// meaningful when the data fits in the budget).
     Array,
@@ -60,12 +63,13 @@ pub enum SystemKind {
 }
 
 impl SystemKind {
-    pub const ALL: [SystemKind; 11] = [
+    pub const ALL: [SystemKind; 12] = [
         SystemKind::UcacheExplicit,
         SystemKind::UcachePrefetch,
         SystemKind::UcacheOptimistic,
         SystemKind::UcacheTransparent,
         SystemKind::UcacheTransparentThreads,
+        SystemKind::UcacheTransparentUntracked,
         SystemKind::Array,
         SystemKind::Mmap,
         SystemKind::Pread,
@@ -81,6 +85,7 @@ impl SystemKind {
             SystemKind::UcacheOptimistic => "ucache-optimistic",
             SystemKind::UcacheTransparent => "ucache-transparent",
             SystemKind::UcacheTransparentThreads => "ucache-transparent-threads",
+            SystemKind::UcacheTransparentUntracked => "ucache-transparent-untracked",
             SystemKind::Array => "array",
             SystemKind::Mmap => "mmap",
             SystemKind::Pread => "pread",
@@ -126,6 +131,7 @@ impl SystemKind {
                 | SystemKind::UcacheOptimistic
                 | SystemKind::UcacheTransparent
                 | SystemKind::UcacheTransparentThreads
+                | SystemKind::UcacheTransparentUntracked
         )
     }
 }
@@ -237,6 +243,9 @@ pub fn open(kind: SystemKind, p: &Params) -> Result<Box<dyn System>, String> {
         }
         SystemKind::UcacheTransparent => {
             Box::new(ucache::Ucache::open(p, ucache::Mode::Transparent)?)
+        }
+        SystemKind::UcacheTransparentUntracked => {
+            Box::new(ucache::Ucache::open(p, ucache::Mode::TransparentUntracked)?)
         }
         SystemKind::UcacheTransparentThreads => {
             Box::new(ucache::Ucache::open(p, ucache::Mode::TransparentThreads)?)

@@ -14,7 +14,6 @@ use ucache::{Cache, CacheOptions, FaultHandling, MapOptions, Mapping};
 
 use super::{s3_config, Params, StoreKind, System};
 use crate::bench::worker::ThreadCtx;
-use crate::bench::workload::Workload;
 
 /// How the workload drives the mapping.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -25,6 +24,8 @@ pub enum Mode {
     Transparent,
     /// Transparent, faults served by handler threads (one per workload thread).
     TransparentThreads,
+    /// Transparent, without setting eviction candidates aside.
+    TransparentUntracked,
 }
 
 pub struct Ucache {
@@ -35,7 +36,10 @@ pub struct Ucache {
 
 impl Ucache {
     pub fn open(p: &Params, mode: Mode) -> Result<Self, String> {
-        let transparent = matches!(mode, Mode::Transparent | Mode::TransparentThreads);
+        let transparent = matches!(
+            mode,
+            Mode::Transparent | Mode::TransparentThreads | Mode::TransparentUntracked
+        );
         let handling = if mode == Mode::TransparentThreads {
             FaultHandling::HandlerThreads(p.threads)
         } else {
@@ -71,6 +75,7 @@ impl Ucache {
                 MapOptions::new()
                     .buffer_size(p.buffer_size)
                     .transparent(transparent)
+                    .track_access(mode != Mode::TransparentUntracked)
                     .fault_handling(handling),
             )
             .map_err(|e| format!("Cache::map: {e}"))?;
@@ -98,7 +103,7 @@ impl Ucache {
     }
 
     fn optimistic(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
-        if ctx.params().workload != Workload::Lookup {
+        if !ctx.params().workload.is_random() {
             return self.explicit(ctx);
         }
         while ctx.running() {
@@ -159,7 +164,9 @@ impl System for Ucache {
             Mode::Explicit => self.explicit(ctx),
             Mode::Prefetch => self.prefetch(ctx),
             Mode::Optimistic => self.optimistic(ctx),
-            Mode::Transparent | Mode::TransparentThreads => self.transparent(ctx),
+            Mode::Transparent | Mode::TransparentThreads | Mode::TransparentUntracked => {
+                self.transparent(ctx)
+            }
         }
     }
 
@@ -174,6 +181,8 @@ impl System for Ucache {
             ("fault_evict_ns", s.fault_evict_ns),
             ("fault_io_ns", s.fault_io_ns),
             ("fault_install_ns", s.fault_install_ns),
+            ("set_aside", s.set_aside),
+            ("restores", s.restores),
         ]
     }
 
