@@ -69,6 +69,10 @@ mod tests {
     enum Op {
         /// Access with a hint, as a pin and unpin would.
         Access(u64, u8),
+        /// A prefetch: loaded with no demand miss (no `on_miss`).
+        Prefetch(u64),
+        /// A demand miss whose read fails: `on_miss`, then no insert.
+        FailedLoad(u64),
         /// Pin and keep pinned (if resident).
         Pin(u64),
         Unpin(u64),
@@ -83,6 +87,8 @@ mod tests {
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             6 => (0..N, 0u8..5).prop_map(|(i, h)| Op::Access(i, h)),
+            1 => (0..N).prop_map(Op::Prefetch),
+            1 => (0..N).prop_map(Op::FailedLoad),
             1 => (0..N).prop_map(Op::Pin),
             1 => (0..N).prop_map(Op::Unpin),
             1 => (0..N).prop_map(Op::Evict),
@@ -129,18 +135,26 @@ mod tests {
         let mut resident = 0u64;
         for op in ops {
             match *op {
-                Op::Access(i, h) => {
-                    let prev = Hint::set(Hint(h));
+                Op::Access(i, _) | Op::Prefetch(i) => {
+                    let demand = matches!(op, Op::Access(..));
+                    let prev = match *op {
+                        Op::Access(_, h) => Hint::set(Hint(h)),
+                        _ => Hint::set(Hint::NONE),
+                    };
                     let w = st[i as usize].load();
                     if w.phase() == Phase::Cached {
-                        if let Some(t) = w.touch() {
-                            st[i as usize].store_exclusive(t);
-                        }
-                        if p.wants_hits() {
-                            p.on_hit(i);
+                        if demand {
+                            if let Some(t) = w.touch() {
+                                st[i as usize].store_exclusive(t);
+                            }
+                            if p.wants_hits() {
+                                p.on_hit(i);
+                            }
                         }
                     } else {
-                        p.on_miss(i);
+                        if demand {
+                            p.on_miss(i);
+                        }
                         let mut room = resident < cap;
                         while !room {
                             let mut out = Vec::new();
@@ -165,11 +179,16 @@ mod tests {
                             let l = w.begin_load().unwrap();
                             s.store_exclusive(l);
                             p.on_insert(i);
-                            s.store_exclusive(l.finish_load(Pin::Shared, false).unpin_shared());
+                            s.store_exclusive(l.finish_load(Pin::Shared, !demand).unpin_shared());
                             resident += 1;
                         }
                     }
                     Hint::set(prev);
+                }
+                Op::FailedLoad(i) => {
+                    if !cached(i) {
+                        p.on_miss(i);
+                    }
                 }
                 Op::Pin(i) => {
                     let s = &st[i as usize];

@@ -173,6 +173,8 @@ impl Policy for ArcPolicy {
         if l.to_t2.remove(index) {
             l.t2.push_front(index);
         } else {
+            // A prefetch (no demand miss, so no adaptation) may load a ghost: forget it.
+            let _ = l.b1.remove(index) || l.b2.remove(index);
             l.t1.push_front(index);
         }
         l.trim();

@@ -181,6 +181,13 @@ impl Policy for Lirs {
 
     fn on_insert(&self, x: u64) {
         let mut st = self.st();
+        if st.status[x as usize] == Status::HirGhost {
+            // Loaded by a prefetch, not a demand miss: no reference, so its history goes.
+            st.ghosts.remove(x);
+            st.s.remove(x);
+            st.status[x as usize] = Status::Untracked;
+            st.prune();
+        }
         // A ghost that missed while still in S has the smallest IRR of all; during warm-up
         // every new buffer is LIR until the LIR set is full.
         let ghost = st.status[x as usize] == Status::Pending && st.s.contains(x);

@@ -109,6 +109,8 @@ impl Policy for TwoQ {
         if q.to_am.remove(index) {
             q.am.push_front(index);
         } else {
+            // A prefetch is not a reference: a remembered index starts over in A1in.
+            q.a1out.remove(index);
             q.a1in.push_front(index);
         }
     }
