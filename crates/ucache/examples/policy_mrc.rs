@@ -6,7 +6,10 @@
 //!   `Hint::SCAN`, after every 2000 lookups (half the accesses are scans);
 //! - loop: a loop over 15k buffers, repeated (2M accesses).
 //!
-//! Run: `cargo run --release -p ucache --example policy_mrc` (prints a Markdown table).
+//! Run: `cargo run --release -p ucache --example policy_mrc` (prints Markdown tables: miss
+//! ratios, then the simulator's single-threaded cost per access).
+
+use std::time::Instant;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -90,11 +93,14 @@ fn main() {
     }
     println!();
     println!("|---|{}", "---:|".repeat(traces.len() * SIZES.len()));
-    for name in names {
+    let mut times = Vec::new();
+    for name in &names {
         print!("| {name} |");
+        let mut row = Vec::new();
         for (_, trace) in &traces {
             for c in SIZES {
                 let mut sim = Simulator::new(policy(name), KEYS + SCAN_SPACE, c);
+                let t = Instant::now();
                 for &(id, scan) in trace {
                     if scan {
                         Hint::SCAN.scoped(|| sim.access(id));
@@ -102,10 +108,30 @@ fn main() {
                         sim.access(id);
                     }
                 }
+                row.push(t.elapsed().as_nanos() as f64 / trace.len() as f64);
                 let s = sim.stats();
                 assert_eq!(s.unevictable, 0);
                 print!(" {:.2} |", 100.0 * s.miss_ratio());
             }
+        }
+        times.push(row);
+        println!();
+    }
+    // Single-threaded simulator cost per access, hooks and state-word transitions included:
+    // a rough relative measure of each policy's bookkeeping (noisy on a shared machine).
+    println!();
+    print!("| ns/access |");
+    for (t, _) in &traces {
+        for c in SIZES {
+            print!(" {t} {c} |");
+        }
+    }
+    println!();
+    println!("|---|{}", "---:|".repeat(traces.len() * SIZES.len()));
+    for (name, row) in names.iter().zip(&times) {
+        print!("| {name} |");
+        for ns in row {
+            print!(" {ns:.0} |");
         }
         println!();
     }
