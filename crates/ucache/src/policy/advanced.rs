@@ -3,6 +3,16 @@
 //!
 //! Each policy lives in its own file with its source and when it suits; this file only names
 //! them for the registry and holds what they share.
+//!
+//! Locking: most of these policies move a buffer between several lists on one event (ARC's
+//! T1 → T2 on a hit, LIRS's promote, demote and prune), and the moves must happen together,
+//! so each keeps its lists behind one per-mapping `parking_lot` mutex held for O(1) work.
+//! Misses, inserts and evictions always take it: the policy must track exactly the resident
+//! buffers. Hits only *try* it: a hit that finds the lock held is dropped, as Caffeine's
+//! lossy read buffer drops reads, because a lost recency update costs a little hit ratio
+//! while a hit that waits for a lock costs every hit. Single-threaded (the simulator, the
+//! textbook tests) nothing is dropped, so the policies behave exactly as their papers say.
+//! MGLRU needs no lock on hits at all.
 
 use super::{Buffers, Policy};
 use crate::state::Phase;

@@ -158,7 +158,9 @@ impl Policy for Priority {
     }
 
     fn on_hit(&self, x: u64) {
-        let mut g = self.inner.lock();
+        let Some(mut g) = self.inner.try_lock() else {
+            return; // contended: a lossy hit (see advanced.rs)
+        };
         if g.normal.contains(x) {
             g.normal.move_to_front(x);
         } else if g.protected.contains(x) {
