@@ -1,8 +1,23 @@
 #!/usr/bin/env bash
-# Every test of the project: unit, integration, doc tests, and the shuttle model check of the
-# buffer protocol (a separate build, since it swaps the state word's atomics for shuttle's).
+# Every test of the project: unit, integration, doc tests, the shuttle model check of the
+# buffer protocol (a separate build, since it swaps the state word's atomics for shuttle's), and
+# the S3 tests against a SeaweedFS server started here (scripts/s3-server.sh) and stopped on
+# exit, failure included. UCACHE_S3_REQUIRED=1 makes a missing server fail the S3 tests
+# instead of skipping them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+s3dir=$(mktemp -d "${TMPDIR:-/tmp}/ucache-s3.XXXXXX")
+cleanup() {
+  bash scripts/s3-server.sh stop "$s3dir" || true
+  rm -rf "$s3dir"
+}
+trap cleanup EXIT
+bash scripts/s3-server.sh start "$s3dir" >/dev/null
+# shellcheck disable=SC1091
+. "$s3dir/env"
+export UCACHE_S3_REQUIRED=1
+
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 cargo test -p ucache --features shuttle --test model

@@ -65,6 +65,8 @@ pub fn run(args: &DemoArgs) -> Result<Outcome, String> {
         // io_uring, so ucache-prefetch's batches really have many reads in flight, as
         // raw-uring's do; with the synchronous file store a batch is 32 reads in a row.
         store: StoreKind::Uring,
+        endpoint: None,
+        prefetch_depth: crate::bench::system::PREFETCH_BATCH,
         file: args.file.clone(),
         json: args.json.clone(),
         plot: args.plot.clone(),
@@ -80,6 +82,7 @@ pub fn run(args: &DemoArgs) -> Result<Outcome, String> {
         no_cgroup: args.no_cgroup,
         sweep_buffer_size: Vec::new(),
         sweep_memory: Vec::new(),
+        sweep_prefetch_depth: Vec::new(),
     };
     println!("{INTRO}");
     let outcome = bench::run(&bench)?;

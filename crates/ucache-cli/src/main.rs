@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod sim;
 mod size;
 
 use std::process::ExitCode;
@@ -12,7 +13,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "ucache",
     version,
-    about = "ucache: a customizable IO cache — benchmarks and demo"
+    about = "ucache: a customizable IO cache — benchmarks, policy simulation and demo"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -24,6 +25,9 @@ enum Cmd {
     /// Run one workload through several systems (ucache, mmap, pread, raw O_DIRECT) under the
     /// same memory budget, interleaved; print a table, write JSON and an SVG plot.
     Bench(bench::BenchArgs),
+    /// Replay a trace (or a generated Zipf trace) through the cache's policies at several
+    /// cache sizes; print miss ratios, write JSON and a miss-ratio-curve SVG.
+    Sim(sim::SimArgs),
     /// A one-minute comparison with sensible defaults, explained.
     Demo(demo::DemoArgs),
     /// One run of one system (used by `bench`; prints one JSON line).
@@ -60,6 +64,13 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Cmd::Bench(args) => finish(bench::run_or_sweep(&args)),
         Cmd::Demo(args) => finish(demo::run(&args)),
+        Cmd::Sim(args) => match sim::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::BenchWorker(args) => match bench::worker::run(&args) {
             Ok(r) => {
                 println!("{}", serde_json::to_string(&r).expect("serializable"));

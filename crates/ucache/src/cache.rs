@@ -216,6 +216,10 @@ impl CacheCore {
         self.budget
     }
 
+    pub(crate) fn batch(&self) -> usize {
+        self.batch
+    }
+
     /// The mapping whose range contains `[addr, addr+len)`, and the offset in it.
     fn find(&self, addr: *const u8, len: usize) -> Result<(Arc<MappingCore>, u64)> {
         let a = addr as usize;

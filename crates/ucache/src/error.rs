@@ -43,6 +43,12 @@ pub enum Error {
     #[error("object '{object}' not found")]
     NotFound { object: String },
 
+    /// The object was replaced behind the cache (its ETag or version changed since it was
+    /// opened). Serving the new bytes next to cached old ones would hand the program a mix of
+    /// two versions, so the read fails instead; remap to see the new object.
+    #[error("object '{object}' changed since it was opened")]
+    ObjectChanged { object: String },
+
     /// An address or range outside every mapping (or outside the named mapping).
     #[error("address range {addr:#x}+{len} is outside the mapping(s)")]
     OutOfRange { addr: usize, len: usize },
@@ -102,7 +108,19 @@ impl Error {
     }
 
     /// Wraps a store IO error with the object and offset it concerns.
+    ///
+    /// A store whose failure has a variant of its own (such as [`Error::ObjectChanged`]) returns
+    /// `io::Error::other(that_error)` from its [`crate::store::Object`] methods, which only speak
+    /// `io::Error`; it is unwrapped here so the caller sees the typed error.
     pub fn io(op: &'static str, object: &str, offset: u64, source: io::Error) -> Self {
+        if source.get_ref().is_some_and(|e| e.is::<Error>()) {
+            if let Some(inner) = source.into_inner() {
+                if let Ok(typed) = inner.downcast::<Error>() {
+                    return *typed;
+                }
+            }
+            unreachable!("checked above that the payload is an Error");
+        }
         if source.kind() == io::ErrorKind::NotFound {
             return Error::NotFound {
                 object: object.to_string(),
@@ -113,6 +131,26 @@ impl Error {
             object: object.to_string(),
             offset,
             source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_error_inside_io_error_is_unwrapped() {
+        let wrapped = io::Error::other(Error::ObjectChanged {
+            object: "s3://b/k".into(),
+        });
+        match Error::io("read", "s3://b/k", 4096, wrapped) {
+            Error::ObjectChanged { object } => assert_eq!(object, "s3://b/k"),
+            other => panic!("expected ObjectChanged, got {other:?}"),
+        }
+        match Error::io("read", "o", 0, io::Error::other("plain")) {
+            Error::Io { op, object, .. } => assert_eq!((op, object.as_str()), ("read", "o")),
+            other => panic!("expected Io, got {other:?}"),
         }
     }
 }

@@ -36,6 +36,9 @@ use crate::state::{BufferState, Phase, Pin, Word};
 use crate::stats::Counter;
 use crate::store::{IoBuf, Object, OpenOptions, Store};
 
+mod aside;
+use aside::AsidePool;
+
 const MIN_BUFFER: usize = 4096;
 const MAX_BUFFER: usize = 1 << 30;
 /// Direct IO needs 4 KiB alignment of offsets and lengths.
@@ -52,6 +55,7 @@ pub struct MapOptions {
     transparent: bool,
     fault_handling: FaultHandling,
     fault_hook: Option<FaultHook>,
+    track_access: bool,
 }
 
 impl Default for MapOptions {
@@ -66,6 +70,7 @@ impl Default for MapOptions {
             transparent: false,
             fault_handling: FaultHandling::default(),
             fault_hook: None,
+            track_access: true,
         }
     }
 }
@@ -121,6 +126,17 @@ impl MapOptions {
         self.fault_handling = handling;
         self
     }
+    /// Transparent mappings only: give eviction candidates a second chance by setting them
+    /// aside first (on by default). Plain loads never tell ucache which buffers are in use, so
+    /// CLOCK-like policies would see no accesses at all; a buffer the policy picks is copied
+    /// into a small pool and dropped from the mapping, and a touch brings it back without IO
+    /// and counts as an access (sets the referenced bit, calls `on_hit`). The pool takes about
+    /// a sixteenth of the budget; each eviction costs a buffer copy, each touch of a set-aside
+    /// buffer a soft fault. Turn it off for workloads no policy can help (uniform random).
+    pub fn track_access(mut self, on: bool) -> Self {
+        self.track_access = on;
+        self
+    }
     /// What a transparent mapping does when a fault cannot be served (an IO error, a write to
     /// a read-only mapping); default: `SIGBUS`, as mmap. See [`FaultHook`].
     pub fn on_fault_error(mut self, hook: FaultHook) -> Self {
@@ -155,6 +171,8 @@ pub(crate) struct MappingCore {
     registration: std::sync::OnceLock<Registration>,
     /// The handler threads of a transparent mapping in compatibility mode.
     fault_threads: std::sync::OnceLock<FaultThreads>,
+    /// Slots and queue of set-aside buffers (transparent mappings that track access).
+    aside: Option<AsidePool>,
 }
 
 impl MappingCore {
@@ -250,6 +268,15 @@ impl MappingCore {
                 buffer_size: bs,
             },
         );
+        let budget_buffers = cache.budget_bytes() / bs as u64;
+        let slots = AsidePool::slots_for(budget_buffers, nbuf, cache.batch());
+        let aside = if o.transparent && o.track_access && slots > 0 {
+            let pool = AsidePool::new(slots, bs, nbuf)?;
+            cache.reserve(pool.bytes())?;
+            Some(pool)
+        } else {
+            None
+        };
         Ok(MappingCore {
             id,
             policy_hits: policy.wants_hits(),
@@ -270,6 +297,7 @@ impl MappingCore {
             fault_handling: o.fault_handling,
             registration: std::sync::OnceLock::new(),
             fault_threads: std::sync::OnceLock::new(),
+            aside,
         })
     }
 
@@ -459,6 +487,10 @@ impl MappingCore {
             if w.phase() == Phase::Evicted && w.idle() {
                 if self.load_one(i, w, pin, false)? {
                     self.after_miss(i);
+                    return Ok(());
+                }
+            } else if w.phase() == Phase::Aside && w.idle() {
+                if self.restore(i, w, pin, false)? {
                     return Ok(());
                 }
             } else {
@@ -661,6 +693,11 @@ impl MappingCore {
                         return Ok(());
                     }
                 }
+                Phase::Aside if w.idle() => {
+                    if self.restore(i, w, Pin::None, write)? {
+                        return Ok(());
+                    }
+                }
                 // A read that raced the load of its page: it is there now.
                 Phase::Cached if !write => return Ok(()),
                 Phase::Cached if w.exclusive() => {
@@ -716,7 +753,13 @@ impl MappingCore {
             let w = s.load();
             if w.phase() == Phase::Cached {
                 // Counts as an access for the policy, so this batch's own loads do not evict it.
+                // The buffer is not pinned, so it may be evicted as the hook runs: the bundled
+                // policies ignore hits on buffers they no longer hold, and reset what a stray
+                // hit left behind when the buffer is inserted again.
                 let _ = s.update(|w| w.touch());
+                if self.policy_hits {
+                    self.policy.on_hit(i);
+                }
                 continue;
             }
             let Some(l) = w.begin_load() else {
@@ -859,12 +902,66 @@ impl MappingCore {
         self.ensure_cached_indices(&v)
     }
 
-    /// Claims the evicted buffers among `indices` and has the IO worker load them.
+    /// Whether a read of buffer `i` should go around the cache: it is not resident (nor on its
+    /// way in) and the policy refuses to admit it.
+    fn bypass(&self, i: u64) -> bool {
+        self.state(i).load().phase() == Phase::Evicted && !self.policy.admit(i)
+    }
+
+    /// Copies `[offset, offset + buf.len())` out of the mapping: each covered buffer is pinned
+    /// shared (loading it on a miss) and copied, except buffers that are missing and that the
+    /// policy refuses to admit, whose bytes are read straight from the store.
+    pub(crate) fn read_into(self: &Arc<Self>, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let r = self.range(offset, buf.len() as u64)?;
+        let end = offset + buf.len() as u64;
+        let mut bypassed = 0;
+        for i in r {
+            let first = i << self.shift;
+            let from = offset.max(first);
+            let to = end.min(first + self.bs as u64);
+            let dst = &mut buf[(from - offset) as usize..(to - offset) as usize];
+            let within = (from - first) as usize;
+            if self.bypass(i) {
+                self.read_around(i, within, dst)?;
+                bypassed += 1;
+            } else {
+                let g = self.pin_shared(i)?;
+                dst.copy_from_slice(&g[within..within + dst.len()]);
+            }
+        }
+        self.stats().add(Counter::Bypasses, bypassed);
+        Ok(())
+    }
+
+    /// Reads buffer `i` from the store into staging memory and copies bytes `within..` of it
+    /// into `dst`. The whole buffer is read so an `O_DIRECT` store sees an aligned request.
+    fn read_around(&self, i: u64, within: usize, dst: &mut [u8]) -> Result<()> {
+        with_staging(self.bs, |p| {
+            // SAFETY: the staging area is this thread's and at least bs long.
+            let tmp = unsafe { std::slice::from_raw_parts_mut(p, self.bs) };
+            let got = self.object.read_at(tmp, self.object_offset(i));
+            self.check_read(i, got)?;
+            dst.copy_from_slice(&tmp[within..within + dst.len()]);
+            self.stats().add(Counter::BytesRead, self.valid(i) as u64);
+            Ok(())
+        })?
+    }
+
+    /// Claims the evicted buffers among `indices` that the policy admits and has the IO worker
+    /// load them; the others are dropped (a prefetch is only advice).
     pub(crate) fn prefetch_indices(self: &Arc<Self>, indices: &[u64]) -> Result<()> {
         for &i in indices {
             self.check_index(i)?;
         }
-        let (claimed, _) = self.claim_loads(indices.iter().copied(), false)?;
+        let before = indices.len();
+        let admitted: Vec<u64> = indices
+            .iter()
+            .copied()
+            .filter(|&i| !self.bypass(i))
+            .collect();
+        self.stats()
+            .add(Counter::Bypasses, (before - admitted.len()) as u64);
+        let (claimed, _) = self.claim_loads(admitted.into_iter(), false)?;
         if !claimed.is_empty() {
             self.cache.io.submit(Job::Load {
                 mapping: self.clone(),
@@ -1017,6 +1114,14 @@ impl MappingCore {
     /// Asks the policy for up to `want` victims and evicts those that validate; if none do,
     /// the manager's own sweep picks the victims instead.
     pub(crate) fn evict_some(&self, want: usize) -> u64 {
+        match &self.aside {
+            Some(q) => self.evict_some_tracked(q, want),
+            None => self.evict_chosen(want),
+        }
+    }
+
+    /// Evicts the policy's choice now, without a second chance.
+    fn evict_chosen(&self, want: usize) -> u64 {
         let mut cands = Vec::with_capacity(want);
         let buffers = Buffers::new(&self.states);
         self.policy
@@ -1047,6 +1152,7 @@ impl MappingCore {
     /// and, if write-backs failed, their count and the first error.
     fn evict_indices(&self, cands: &[u64], explicit: bool) -> (u64, Option<(usize, Error)>) {
         let mut clean = Vec::with_capacity(cands.len());
+        let mut aside = Vec::new();
         let mut dirty = Vec::new();
         let mut cancels = 0u64;
         for &i in cands {
@@ -1064,7 +1170,11 @@ impl MappingCore {
                 }
             } else if let Some(e) = w.begin_evict() {
                 if s.cas(w, e).is_ok() {
-                    clean.push(i);
+                    if w.phase() == Phase::Aside {
+                        aside.push(i);
+                    } else {
+                        clean.push(i);
+                    }
                 } else {
                     cancels += 1;
                 }
@@ -1095,19 +1205,28 @@ impl MappingCore {
             }
         }
         self.stats().add(Counter::EvictionCancels, cancels);
+        let ranges = |v: &[u64]| -> Vec<(usize, usize)> {
+            v.iter()
+                .map(|&i| ((i << self.shift) as usize, self.bs))
+                .collect()
+        };
+        if let Some(pool) = &self.aside {
+            // Set-aside buffers have no pages in the mapping: freeing the slot is all.
+            aside.iter().for_each(|&i| pool.release(i));
+        }
+        if !clean.is_empty() {
+            if let Err(e) = self.region.drop_ranges(&ranges(&clean)) {
+                // The memory could not be dropped: keep every buffer resident and valid.
+                for &i in &clean {
+                    let _ = self.state(i).update(|w| Some(w.cancel_evict()));
+                }
+                clean.clear();
+                failure = failure.or(Some((0, e)));
+            }
+        }
+        clean.append(&mut aside);
         if clean.is_empty() {
             return (0, failure);
-        }
-        let ranges: Vec<(usize, usize)> = clean
-            .iter()
-            .map(|&i| ((i << self.shift) as usize, self.bs))
-            .collect();
-        if let Err(e) = self.region.drop_ranges(&ranges) {
-            // The memory could not be dropped: keep every buffer resident and valid.
-            for &i in &clean {
-                let _ = self.state(i).update(|w| Some(w.cancel_evict()));
-            }
-            return (0, failure.or(Some((0, e))));
         }
         let mut wasted = 0;
         for &i in &clean {
@@ -1144,7 +1263,9 @@ impl MappingCore {
                 let s = self.state(i);
                 loop {
                     let w = s.load();
-                    if matches!(w.phase(), Phase::Cached | Phase::Evicted) && !w.writing() {
+                    if matches!(w.phase(), Phase::Cached | Phase::Evicted | Phase::Aside)
+                        && !w.writing()
+                    {
                         break;
                     }
                     s.wait_change(w);
@@ -1167,6 +1288,9 @@ impl Drop for MappingCore {
         let left = self.resident.load(Ordering::Relaxed);
         if left > 0 {
             self.cache.release(left * self.bs as u64);
+        }
+        if let Some(pool) = &self.aside {
+            self.cache.release(pool.bytes());
         }
     }
 }
@@ -1254,7 +1378,17 @@ impl Mapping {
         self.core.ensure_cached_indices(indices)
     }
 
-    /// Starts loading the buffers overlapping the range in the background.
+    /// Copies `buf.len()` bytes at `offset` into `buf`, through the cache: each buffer is
+    /// pinned shared (and loaded on a miss) and copied. A missing buffer that the policy does
+    /// not [admit](crate::policy::Policy::admit) is read straight from the store into `buf`
+    /// and not cached (cache_ext's admission filter), so a one-off pass over cold data leaves
+    /// the cache as it was.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.core.read_into(offset, buf)
+    }
+
+    /// Starts loading the buffers overlapping the range in the background. Missing buffers the
+    /// policy does not admit are skipped.
     pub fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
         MappingCore::prefetch_range(&self.core, offset, len)
     }

@@ -13,7 +13,8 @@
 //!
 //! - `pins`: shared pin count; `X`: exclusive pin.
 //! - `phase`: [`Phase::Evicted`] → [`Phase::Loading`] → [`Phase::Cached`] → [`Phase::Evicting`]
-//!   → [`Phase::Evicted`]. Exactly one thread wins each of the `Evicted → Loading` and
+//!   → [`Phase::Evicted`]; on transparent mappings also `Cached → Evicting → Aside`, then
+//!   `Aside → Loading → Cached` (touched: restored without IO) or `Aside → Evicting → Evicted`. Exactly one thread wins each of the `Evicted → Loading` and
 //!   `Cached → Evicting` CASes, and that thread alone moves the buffer on to the next phase.
 //! - `D` dirty, `R` referenced (set by every pin, cleared by CLOCK-like policies), `P` loaded by
 //!   a prefetch and not used yet, `WB` a write-back is in flight (it holds a shared pin so the
@@ -38,8 +39,12 @@ pub enum Phase {
     Loading = 1,
     /// Resident and valid.
     Cached = 2,
-    /// One thread is dropping its memory; it cannot be cancelled any more.
+    /// One thread is dropping its memory (or setting it aside); it cannot be cancelled any more.
     Evicting = 3,
+    /// Resident, but its bytes wait in a slot and its pages are gone from the mapping
+    /// (transparent mappings only), so the next access faults: the accessed bit userspace
+    /// cannot read. A touch brings it back without IO; an eviction frees the slot.
+    Aside = 4,
 }
 
 const PIN_MASK: u64 = 0xFFFF;
@@ -91,7 +96,8 @@ impl Word {
             0 => Phase::Evicted,
             1 => Phase::Loading,
             2 => Phase::Cached,
-            _ => Phase::Evicting,
+            3 => Phase::Evicting,
+            _ => Phase::Aside,
         }
     }
     #[inline]
@@ -220,12 +226,24 @@ impl Word {
         debug_assert_eq!(self.phase(), Phase::Loading);
         self.with_phase(Phase::Evicted).bump()
     }
-    /// Claims a clean, idle, cached buffer for eviction. A pinned, locked or dirty buffer is
-    /// refused: eviction is cancelled, never waited for.
+    /// Claims a clean, idle, cached (or set-aside) buffer for eviction or for setting aside. A
+    /// pinned, locked or dirty buffer is refused: eviction is cancelled, never waited for.
     #[inline]
     pub fn begin_evict(self) -> Option<Word> {
-        (self.phase() == Phase::Cached && self.idle() && !self.dirty())
+        (matches!(self.phase(), Phase::Cached | Phase::Aside) && self.idle() && !self.dirty())
             .then(|| self.with_phase(Phase::Evicting))
+    }
+    /// The buffer is set aside: it waits for a touch or an eviction. Unreferenced: the touch
+    /// that restores it sets the bit again.
+    #[inline]
+    pub fn finish_aside(self) -> Word {
+        debug_assert_eq!(self.phase(), Phase::Evicting);
+        Word(self.0 & !(REFERENCED | PREFETCHED)).with_phase(Phase::Aside)
+    }
+    /// A set-aside buffer was touched: the single winner of this CAS brings it back.
+    #[inline]
+    pub fn begin_restore(self) -> Option<Word> {
+        (self.phase() == Phase::Aside && self.idle()).then(|| self.with_phase(Phase::Loading))
     }
     /// The memory is dropped: evicted, flags cleared, new version.
     #[inline]
@@ -295,6 +313,19 @@ impl Default for BufferState {
 impl BufferState {
     pub fn new() -> Self {
         BufferState(AtomicU64::new(0))
+    }
+
+    /// Starts fetching the word into the CPU cache: for loops that know which words they will
+    /// read next (trace replay, a clock sweep) and would otherwise stall on each. Only a hint.
+    #[inline]
+    pub fn prefetch(&self) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // SAFETY: a prefetch never faults and does not change memory; SSE is part of the
+            // x86-64 baseline.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(self as *const BufferState as *const i8) };
+        }
     }
 
     #[inline]
@@ -458,6 +489,38 @@ mod tests {
             c.version(),
             "shared pins do not change the version"
         );
+    }
+
+    #[test]
+    fn aside_is_restored_once_or_evicted() {
+        let c = Word::EVICTED
+            .begin_load()
+            .unwrap()
+            .finish_load(Pin::Shared, false)
+            .unpin_shared();
+        assert!(c.referenced());
+        let a = c.begin_evict().unwrap().finish_aside();
+        assert_eq!(a.phase(), Phase::Aside);
+        assert!(!a.referenced(), "a touch must be what sets the bit again");
+        assert_eq!(a.pin_shared(), None, "pins restore first");
+        assert_eq!(a.pin_exclusive(), None);
+        assert_eq!(a.begin_load(), None, "no IO for a set-aside buffer");
+        assert_eq!(a.begin_writeback(), None);
+        let r = a.begin_restore().unwrap();
+        assert_eq!(r.phase(), Phase::Loading);
+        assert_eq!(r.begin_restore(), None, "one restorer");
+        assert_eq!(r.begin_evict(), None);
+        let back = r.finish_load(Pin::None, false);
+        assert_eq!(back.phase(), Phase::Cached);
+        assert_eq!(back.version(), c.version(), "the data did not change");
+        let e = a.begin_evict().unwrap();
+        assert_eq!(
+            e.begin_restore(),
+            None,
+            "an evicting buffer is not restored"
+        );
+        assert_eq!(e.finish_evict().phase(), Phase::Evicted);
+        assert!(c.pin_exclusive().unwrap().begin_restore().is_none());
     }
 
     #[test]

@@ -64,12 +64,15 @@ counters! {
     prefetches: "Buffers loaded by prefetch.",
     prefetch_used: "Prefetched buffers pinned before their eviction.",
     prefetch_wasted: "Prefetched buffers evicted without ever being pinned.",
+    bypasses: "Missing buffers the policy refused to admit: read around the cache by `Mapping::read`, or dropped from a prefetch.",
     faults: "Faults served on transparent mappings (misses and first writes).",
     write_faults: "First writes to clean buffers of transparent mappings (dirty tracking).",
     fault_ns: "With `profile_faults`: time spent serving faults, in total.",
     fault_evict_ns: "With `profile_faults`: of that, making room (eviction).",
     fault_io_ns: "With `profile_faults`: of that, reading from the store.",
     fault_install_ns: "With `profile_faults`: of that, installing pages (UFFDIO_COPY).",
+    set_aside: "Buffers of transparent mappings set aside as eviction candidates (pages moved out).",
+    restores: "Set-aside buffers touched again and brought back without IO (soft faults).",
 }
 
 /// The live counters of one cache.
@@ -114,12 +117,15 @@ pub(crate) enum Counter {
     Prefetches,
     PrefetchUsed,
     PrefetchWasted,
+    Bypasses,
     Faults,
     WriteFaults,
     FaultNs,
     FaultEvictNs,
     FaultIoNs,
     FaultInstallNs,
+    SetAside,
+    Restores,
 }
 
 impl Stats {
@@ -155,12 +161,15 @@ impl Stats {
             Counter::Prefetches => &s.prefetches,
             Counter::PrefetchUsed => &s.prefetch_used,
             Counter::PrefetchWasted => &s.prefetch_wasted,
+            Counter::Bypasses => &s.bypasses,
             Counter::Faults => &s.faults,
             Counter::WriteFaults => &s.write_faults,
             Counter::FaultNs => &s.fault_ns,
             Counter::FaultEvictNs => &s.fault_evict_ns,
             Counter::FaultIoNs => &s.fault_io_ns,
             Counter::FaultInstallNs => &s.fault_install_ns,
+            Counter::SetAside => &s.set_aside,
+            Counter::Restores => &s.restores,
         };
         Self::bump(a, n, owned);
     }

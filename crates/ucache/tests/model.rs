@@ -149,3 +149,58 @@ fn explicit_evict_respects_pins() {
         evictor.join().unwrap();
     });
 }
+
+/// Second chances on a transparent mapping (pins only: faults would run shuttle's scheduler
+/// inside a signal handler). The budget holds eight buffers, two of them the set-aside pool,
+/// over nine: after a sequential warm-up pass, every miss sets a buffer aside or evicts one
+/// that stayed aside, while pins of set-aside buffers restore them and an explicit eviction
+/// drops them. Every pin must still see the buffer's own bytes.
+#[test]
+fn set_aside_restore_and_evict_race_safely() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    static ASIDE: AtomicU64 = AtomicU64::new(0);
+    static RESTORED: AtomicU64 = AtomicU64::new(0);
+    const N: u64 = 9;
+    check(|| {
+        let store = MemoryStore::new();
+        store.insert("o", (0..N as usize * BS).map(|i| (i / BS) as u8).collect());
+        let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).unwrap();
+        let m = Arc::new(
+            cache
+                .map(Arc::new(store), "o", MapOptions::new().transparent(true))
+                .unwrap(),
+        );
+        for i in 0..N {
+            drop(m.pin_shared(i).unwrap());
+        }
+        let readers: Vec<_> = (0..3u64)
+            .map(|t| {
+                let m = m.clone();
+                thread::spawn(move || {
+                    for k in 0..2 {
+                        let i = (3 * t + 4 * k) % N;
+                        let g = m.pin_shared(i).unwrap();
+                        assert_eq!((g[0], g[BS - 1]), (i as u8, i as u8), "buffer {i}");
+                    }
+                })
+            })
+            .collect();
+        let evictor = {
+            let m = m.clone();
+            thread::spawn(move || m.evict(0, 3 * BS as u64).unwrap())
+        };
+        readers.into_iter().for_each(|t| t.join().unwrap());
+        evictor.join().unwrap();
+        assert!(cache.used() <= cache.budget());
+        for i in 0..N {
+            assert_eq!(m.pin_shared(i).unwrap()[7], i as u8);
+        }
+        let st = cache.stats();
+        ASIDE.fetch_add(st.set_aside, Relaxed);
+        RESTORED.fetch_add(st.restores, Relaxed);
+    });
+    assert!(
+        ASIDE.load(Relaxed) > 0 && RESTORED.load(Relaxed) > 0,
+        "the schedules reached both transitions"
+    );
+}

@@ -99,6 +99,10 @@ fn run(bs: usize, budget_buffers: u64, seconds: u64, handling: FaultHandling) {
         st.evictions > 0 && st.writebacks > 0 && st.write_faults > 0,
         "{st:?}"
     );
+    assert!(
+        st.set_aside > 0 && st.restores > 0,
+        "clean buffers went aside and came back under the same load: {st:?}"
+    );
     eprintln!("bs {bs}: {st:?}");
 }
 

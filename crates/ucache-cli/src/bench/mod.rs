@@ -13,10 +13,12 @@ pub mod datafile;
 pub mod latency;
 pub mod plot;
 pub mod report;
+pub mod s3data;
 pub mod sweep;
 pub mod system;
 pub mod worker;
 pub mod workload;
+pub mod zipf;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -35,7 +37,8 @@ use crate::size::{format_size, parse_size};
 #[derive(clap::Args, Clone, Debug)]
 pub struct BenchArgs {
     /// lookup: random 8-byte reads, one random buffer per op; seq: a shared cursor sweeps the
-    /// buffers, reading every 4 KiB page of each (the paper's Figure 6).
+    /// buffers, reading every 4 KiB page of each (the paper's Figure 6); zipf: lookups with
+    /// Zipf(0.99) skew.
     #[arg(value_enum)]
     pub workload: Workload,
     /// Size of the data file (suffixes K, M, G, KiB, MiB, GiB are all powers of 1024).
@@ -59,9 +62,19 @@ pub struct BenchArgs {
     /// Repetitions; each rep runs every system once, interleaved.
     #[arg(long, default_value_t = 2)]
     pub reps: usize,
-    /// The store under ucache.
-    #[arg(long, value_enum, default_value_t = StoreKind::File)]
+    /// The store under ucache: file, uring, or s3://bucket/key (an object, uploaded with the
+    /// data pattern if missing; systems that read the local file are left out and raw-get,
+    /// direct ranged GETs at the same concurrency, is added). Credentials come from
+    /// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.
+    #[arg(long, value_parser = StoreKind::parse, default_value = "file")]
     pub store: StoreKind,
+    /// S3 endpoint for --store s3://… (default: AWS_ENDPOINT_URL or UCACHE_S3_ENDPOINT).
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// Buffers per ensure_cached_buffers batch of ucache-prefetch, and GETs in flight per
+    /// thread of raw-get.
+    #[arg(long, default_value_t = system::PREFETCH_BATCH)]
+    pub prefetch_depth: usize,
     /// Data file [default: /var/tmp/ucache-bench-<data>.dat]. Must be on a real disk (not
     /// tmpfs); created or rewritten if missing, of the wrong size, or not holding the pattern.
     #[arg(long)]
@@ -91,6 +104,10 @@ pub struct BenchArgs {
     /// throughput against the budget (the paper's Figure 8).
     #[arg(long, value_delimiter = ',', value_parser = parse_size)]
     pub sweep_memory: Vec<u64>,
+    /// Repeat the benchmark at each of these prefetch depths (comma-separated) and draw
+    /// throughput against the requests in flight (miss throughput over S3).
+    #[arg(long, value_delimiter = ',')]
+    pub sweep_prefetch_depth: Vec<usize>,
 }
 
 /// What a finished benchmark hands back to `main` and `demo`.
@@ -126,8 +143,14 @@ impl BenchArgs {
         {
             return Err("--seconds must be > 0 and --warmup >= 0".into());
         }
-        if self.systems.is_empty() {
+        if self.systems().is_empty() {
             return Err("--systems is empty".into());
+        }
+        if self.prefetch_depth == 0 {
+            return Err("--prefetch-depth must be at least 1".into());
+        }
+        if self.store.s3_url().is_none() && self.systems.contains(&SystemKind::RawGet) {
+            return Err("raw-get needs --store s3://bucket/key".into());
         }
         Ok(())
     }
@@ -156,13 +179,19 @@ impl BenchArgs {
         })
     }
 
-    /// Systems in the order given, each once.
+    /// Systems in the order given, each once. Over S3, the systems that read the local file
+    /// are left out and raw-get, the baseline at the same concurrency, is always run.
     fn systems(&self) -> Vec<SystemKind> {
+        let s3 = self.store.s3_url().is_some();
         let mut out = Vec::new();
         for &s in &self.systems {
-            if !out.contains(&s) {
+            let skip = s3 && s.needs_local_file();
+            if !skip && !out.contains(&s) {
                 out.push(s);
             }
+        }
+        if s3 && !out.contains(&SystemKind::RawGet) {
+            out.push(SystemKind::RawGet);
         }
         out
     }
@@ -195,26 +224,45 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
     let systems = args.systems();
     let path = args.data_path();
 
-    // The data file, and the host cache under it.
-    let pb = bytes_bar(args.data, "checking data file");
-    let info = datafile::ensure(&path, args.data, |done| {
-        pb.set_message("writing data file");
-        pb.set_position(done)
-    })
-    .map_err(|e| format!("data file {}: {e}", path.display()))?;
-    pb.finish_and_clear();
-    if info.created {
-        println!(
-            "data file: wrote {} ({} of the offset pattern; was {})",
-            path.display(),
-            format_size(args.data),
-            info.reason.as_deref().unwrap_or("?")
-        );
-    }
-    let pb = bytes_bar(args.data, "O_DIRECT warm-up read");
-    let warm_bps = datafile::warm_host_cache(&path, |done| pb.set_position(done))
-        .map_err(|e| format!("O_DIRECT read of {}: {e}", path.display()))?;
-    pb.finish_and_clear();
+    // The data: an object in S3, or a local file and the host cache under it.
+    let s3_upload = match args.store.s3_url() {
+        Some(url) => {
+            let why = s3data::ensure(url, args.endpoint.as_deref(), args.data)
+                .map_err(|e| format!("object {url}: {e}"))?;
+            if let Some(why) = &why {
+                println!(
+                    "object: uploaded {url} ({} of the offset pattern; was {why})",
+                    format_size(args.data)
+                );
+            }
+            Some(why)
+        }
+        None => None,
+    };
+    let (info, warm_bps) = if s3_upload.is_some() {
+        (None, 0.0)
+    } else {
+        let pb = bytes_bar(args.data, "checking data file");
+        let info = datafile::ensure(&path, args.data, |done| {
+            pb.set_message("writing data file");
+            pb.set_position(done)
+        })
+        .map_err(|e| format!("data file {}: {e}", path.display()))?;
+        pb.finish_and_clear();
+        if info.created {
+            println!(
+                "data file: wrote {} ({} of the offset pattern; was {})",
+                path.display(),
+                format_size(args.data),
+                info.reason.as_deref().unwrap_or("?")
+            );
+        }
+        let pb = bytes_bar(args.data, "O_DIRECT warm-up read");
+        let warm_bps = datafile::warm_host_cache(&path, |done| pb.set_position(done))
+            .map_err(|e| format!("O_DIRECT read of {}: {e}", path.display()))?;
+        pb.finish_and_clear();
+        (Some(info), warm_bps)
+    };
 
     // The memory cgroup for the page-cache baselines.
     let wants_cgroup = systems.iter().any(|s| s.uses_page_cache());
@@ -234,7 +282,8 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
             Err(why) => (None, format!("unavailable: {why}")),
         }
     };
-    let drop_caches_ok = datafile::drop_page_cache(&path, true).unwrap_or(false);
+    let drop_caches_ok =
+        s3_upload.is_none() && datafile::drop_page_cache(&path, true).unwrap_or(false);
 
     println!(
         "ucache bench {}: data {} ({}), memory {}, {} threads, buffer {}, {} s measured + {} s warm-up, {} rep(s), store {}",
@@ -249,15 +298,23 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
         args.reps,
         args.store.name(),
     );
-    println!(
-        "host-cache warm-up: read the file with O_DIRECT at {:.0} MB/s",
-        warm_bps / 1e6
-    );
+    if s3_upload.is_none() {
+        println!(
+            "host-cache warm-up: read the file with O_DIRECT at {:.0} MB/s",
+            warm_bps / 1e6
+        );
+    } else {
+        println!(
+            "S3 endpoint {}, prefetch depth {} (raw-get: the same GETs in flight per thread)",
+            args.endpoint.as_deref().unwrap_or("from the environment"),
+            args.prefetch_depth
+        );
+    }
     println!("cgroup for mmap/pread: {cgroup_status}");
     if cg.is_none() && wants_cgroup {
         println!("  -> mmap and pread run WITHOUT a memory limit: they may cache the whole file.");
     }
-    if !drop_caches_ok {
+    if !drop_caches_ok && s3_upload.is_none() {
         println!(
             "drop_caches: not permitted; dropping the file's pages with fadvise(DONTNEED) only"
         );
@@ -274,17 +331,23 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
         "warmup": args.warmup,
         "reps": args.reps,
         "store": args.store.name(),
-        "file": path,
+        "endpoint": args.endpoint,
+        "prefetch_depth": args.prefetch_depth,
+        "file": if s3_upload.is_some() { serde_json::Value::Null } else { json!(path) },
         "json": args.json,
         "plot": args.plot_path(),
         "no_cgroup": args.no_cgroup,
         "cgroup": cgroup_status,
         "drop_caches": if drop_caches_ok { "permitted" } else { "not permitted (fadvise DONTNEED only)" },
-        "datafile": {
+        "datafile": info.as_ref().map(|info| json!({
             "filesystem": info.filesystem,
             "created": info.created,
             "recreate_reason": info.reason,
-        },
+        })),
+        "s3_object": s3_upload.as_ref().map(|why| json!({
+            "uploaded": why.is_some(),
+            "upload_reason": why,
+        })),
         "warm_read_bytes_per_sec": warm_bps,
         "machine": {
             "nproc": cpu::nproc(),
@@ -378,6 +441,15 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
 
     println!();
     print!("{}", report::table(&report.results));
+    for r in report
+        .results
+        .iter()
+        .filter(|r| r.system != SystemKind::RawGet)
+    {
+        if let Some(x) = r.vs_raw_get {
+            println!("{} vs raw-get: {x:.2}x", r.system.name());
+        }
+    }
     let stats = report::cache_stats(&report.results);
     if !stats.is_empty() {
         println!();
@@ -455,7 +527,11 @@ fn run_worker(
         .args(["--threads", &args.threads.to_string()])
         .args(["--seconds", &args.seconds.to_string()])
         .args(["--warmup", &args.warmup.to_string()])
-        .args(["--store", args.store.name()]);
+        .args(["--store", args.store.name()])
+        .args(["--prefetch-depth", &args.prefetch_depth.to_string()]);
+    if let Some(e) = &args.endpoint {
+        cmd.args(["--endpoint", e]);
+    }
     if let Some(cg) = cgroup {
         cmd.arg("--cgroup").arg(cg);
     }

@@ -26,6 +26,9 @@ pub struct RunResult {
     /// The ucache store used, for ucache systems.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub store: Option<String>,
+    /// Buffers per ucache-prefetch batch, GETs in flight per raw-get thread.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub prefetch_depth: Option<usize>,
     /// Length of the measured interval.
     pub seconds: f64,
     pub ops: u64,
@@ -70,6 +73,8 @@ pub struct SystemResult {
     pub buffer_size: usize,
     pub data_bytes: u64,
     pub memory_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub prefetch_depth: Option<usize>,
     pub ops_per_sec: f64,
     pub bytes_per_sec: f64,
     pub cpu_us_per_op: f64,
@@ -82,6 +87,9 @@ pub struct SystemResult {
     /// Median ops/s divided by raw-psync's / mmap's median, when those ran.
     pub vs_raw_psync: Option<f64>,
     pub vs_mmap: Option<f64>,
+    /// Median ops/s divided by raw-get's, when it ran (S3 stores).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub vs_raw_get: Option<f64>,
     /// Counters of the median rep (ucache's cache stats).
     #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
     pub counters: BTreeMap<String, u64>,
@@ -130,6 +138,7 @@ pub fn summarize(order: &[SystemKind], runs: &[RunResult]) -> Vec<SystemResult> 
                 buffer_size: first.buffer_size,
                 data_bytes: first.data_bytes,
                 memory_bytes: first.memory_bytes,
+                prefetch_depth: first.prefetch_depth,
                 ops_per_sec: ops,
                 bytes_per_sec: median(reps.iter().map(|r| r.bytes_per_sec)),
                 cpu_us_per_op: median(reps.iter().map(|r| r.cpu_us_per_op)),
@@ -140,6 +149,7 @@ pub fn summarize(order: &[SystemKind], runs: &[RunResult]) -> Vec<SystemResult> 
                 mismatches: reps.iter().map(|r| r.mismatches).sum(),
                 vs_raw_psync: None,
                 vs_mmap: None,
+                vs_raw_get: None,
                 counters: median_rep.counters.clone(),
                 reps,
             })
@@ -151,13 +161,15 @@ pub fn summarize(order: &[SystemKind], runs: &[RunResult]) -> Vec<SystemResult> 
             .map(|r| r.ops_per_sec)
             .filter(|&x| x > 0.0)
     };
-    let (psync, mmap) = (
+    let (psync, mmap, get) = (
         base(SystemKind::RawPsync, &out),
         base(SystemKind::Mmap, &out),
+        base(SystemKind::RawGet, &out),
     );
     for r in &mut out {
         r.vs_raw_psync = psync.map(|b| r.ops_per_sec / b);
         r.vs_mmap = mmap.map(|b| r.ops_per_sec / b);
+        r.vs_raw_get = get.map(|b| r.ops_per_sec / b);
     }
     out
 }
@@ -284,6 +296,7 @@ pub(crate) mod tests {
             data_bytes: 1 << 30,
             memory_bytes: 128 << 20,
             store: None,
+            prefetch_depth: None,
             seconds: 3.0,
             ops: (ops_per_sec * 3.0) as u64,
             ops_per_sec,

@@ -1,7 +1,8 @@
-//! `ucache bench --sweep-buffer-size LIST` / `--sweep-memory LIST`: the same benchmark at
-//! several buffer sizes or budgets, drawn as one line per system (the paper's Figure 6, where
-//! throughput in bytes/s rises with the buffer size, and Figure 8, throughput against the
-//! share of the data that fits in memory).
+//! `ucache bench --sweep-buffer-size LIST` / `--sweep-memory LIST` / `--sweep-prefetch-depth
+//! LIST`: the same benchmark at several buffer sizes, budgets or prefetch depths, drawn as one
+//! line per system (the paper's Figure 6, where throughput in bytes/s rises with the buffer
+//! size; Figure 8, throughput against the share of the data that fits in memory; and, over an
+//! object store, miss throughput against the requests in flight).
 //!
 //! Each point is a full `bench::run` (its own table, its own per-point plot) so a sweep is
 //! exactly a series of benchmarks; the sweep adds the combined JSON (same shape as one run's:
@@ -21,6 +22,7 @@ use crate::size::format_size;
 pub enum Param {
     BufferSize,
     Memory,
+    PrefetchDepth,
 }
 
 impl Param {
@@ -28,29 +30,53 @@ impl Param {
         match self {
             Param::BufferSize => "buffer size",
             Param::Memory => "memory budget",
+            Param::PrefetchDepth => "prefetch depth",
         }
     }
     fn of(self, r: &SystemResult) -> u64 {
         match self {
             Param::BufferSize => r.buffer_size as u64,
             Param::Memory => r.memory_bytes,
+            Param::PrefetchDepth => r.prefetch_depth.unwrap_or(0) as u64,
         }
     }
     fn set(self, args: &mut BenchArgs, v: u64) {
         match self {
             Param::BufferSize => args.buffer_size = v,
             Param::Memory => args.memory = v,
+            Param::PrefetchDepth => args.prefetch_depth = v as usize,
+        }
+    }
+    /// How a value is written: sizes for sizes, plain counts for depths.
+    fn label(self, v: u64) -> String {
+        match self {
+            Param::PrefetchDepth => v.to_string(),
+            _ => format_size(v),
         }
     }
 }
 
 /// The sweep the arguments ask for, if any.
 pub fn requested(args: &BenchArgs) -> Result<Option<(Param, Vec<u64>)>, String> {
-    match (&args.sweep_buffer_size[..], &args.sweep_memory[..]) {
-        ([], []) => Ok(None),
-        (b, []) => Ok(Some((Param::BufferSize, b.to_vec()))),
-        ([], m) => Ok(Some((Param::Memory, m.to_vec()))),
-        _ => Err("sweep one parameter at a time (--sweep-buffer-size or --sweep-memory)".into()),
+    let depths: Vec<u64> = args
+        .sweep_prefetch_depth
+        .iter()
+        .map(|&d| d as u64)
+        .collect();
+    match (
+        &args.sweep_buffer_size[..],
+        &args.sweep_memory[..],
+        &depths[..],
+    ) {
+        ([], [], []) => Ok(None),
+        (b, [], []) => Ok(Some((Param::BufferSize, b.to_vec()))),
+        ([], m, []) => Ok(Some((Param::Memory, m.to_vec()))),
+        ([], [], d) => Ok(Some((Param::PrefetchDepth, d.to_vec()))),
+        _ => Err(
+            "sweep one parameter at a time (--sweep-buffer-size, --sweep-memory or \
+                  --sweep-prefetch-depth)"
+                .into(),
+        ),
     }
 }
 
@@ -65,14 +91,15 @@ pub fn run(args: &BenchArgs, param: Param, values: &[u64]) -> Result<Outcome, St
         param.set(&mut a, v);
         a.sweep_buffer_size.clear();
         a.sweep_memory.clear();
+        a.sweep_prefetch_depth.clear();
         a.json = None;
-        a.plot = Some(point_plot_path(&args.sweep_plot_path(), k, v));
+        a.plot = Some(point_plot_path(&args.sweep_plot_path(), k, &param.label(v)));
         println!(
             "\n=== sweep point {}/{}: {} {} ===",
             k + 1,
             values.len(),
             param.name(),
-            format_size(v)
+            param.label(v)
         );
         let o = super::run(&a)?;
         if config.is_null() {
@@ -101,12 +128,12 @@ pub fn run(args: &BenchArgs, param: Param, values: &[u64]) -> Result<Outcome, St
     })
 }
 
-fn point_plot_path(sweep: &Path, k: usize, v: u64) -> PathBuf {
+fn point_plot_path(sweep: &Path, k: usize, v: &str) -> PathBuf {
     let stem = sweep
         .file_stem()
         .and_then(|s| s.to_str())
         .unwrap_or("sweep");
-    sweep.with_file_name(format!("{stem}-{k}-{}.svg", format_size(v)))
+    sweep.with_file_name(format!("{stem}-{k}-{v}.svg"))
 }
 
 /// What the y axis shows: bytes/s for scans (bigger buffers move more per op), ops/s for
@@ -168,7 +195,7 @@ pub fn write_svg(path: &Path, results: &[SystemResult], param: Param) -> Result<
         .x_desc(param.name())
         .y_desc(y_desc)
         .x_labels(xs.len().max(2))
-        .x_label_formatter(&|x| format_size(2f64.powf(*x).round() as u64))
+        .x_label_formatter(&|x| param.label(2f64.powf(*x).round() as u64))
         .draw()
         .map_err(err)?;
     for (k, name) in systems.iter().enumerate() {
@@ -231,5 +258,38 @@ mod tests {
         std::fs::remove_file(&p).unwrap();
         assert!(svg.contains("ucache-transparent") && svg.contains("mmap"));
         assert!(svg.contains("64KiB"), "x labels are sizes");
+    }
+
+    #[test]
+    fn prefetch_depth_sweep_is_requested_and_labelled_as_counts() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let cli = Cli::try_parse_from([
+            "t",
+            "lookup",
+            "--store",
+            "s3://b/k",
+            "--sweep-prefetch-depth",
+            "1,8,32",
+        ])
+        .unwrap();
+        let (param, values) = requested(&cli.bench).unwrap().unwrap();
+        assert_eq!((param, values), (Param::PrefetchDepth, vec![1, 8, 32]));
+        assert_eq!(param.label(32), "32");
+        assert_eq!(Param::BufferSize.label(65536), "64KiB");
+        let both = Cli::try_parse_from([
+            "t",
+            "lookup",
+            "--sweep-memory",
+            "1GiB",
+            "--sweep-prefetch-depth",
+            "1",
+        ])
+        .unwrap();
+        assert!(requested(&both.bench).is_err());
     }
 }

@@ -41,8 +41,12 @@ pub struct WorkerArgs {
     pub seconds: f64,
     #[arg(long)]
     pub warmup: f64,
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = StoreKind::parse)]
     pub store: StoreKind,
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    #[arg(long, default_value_t = system::PREFETCH_BATCH)]
+    pub prefetch_depth: usize,
     /// A cgroup directory to join before touching the data.
     #[arg(long)]
     pub cgroup: Option<PathBuf>,
@@ -255,7 +259,9 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
         buffer_size: args.buffer_size,
         memory_bytes: args.memory_bytes,
         threads: args.threads.max(1),
-        store: args.store,
+        store: args.store.clone(),
+        endpoint: args.endpoint.clone(),
+        prefetch_depth: args.prefetch_depth.max(1),
     };
     let sys = system::open(args.system, &params)?;
     let shared = Shared {
@@ -335,6 +341,7 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
             .system
             .is_ucache()
             .then(|| args.store.name().to_string()),
+        prefetch_depth: Some(params.prefetch_depth),
         seconds: secs,
         ops,
         ops_per_sec,

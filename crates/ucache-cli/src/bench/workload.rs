@@ -12,6 +12,8 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use super::datafile::word_ok;
+use super::zipf::Zipf;
+use std::sync::OnceLock;
 
 /// Reads are checked at this granularity in `seq`: one word per page is enough to catch a
 /// wrong or torn page and touches every page, which is what a scan costs.
@@ -25,6 +27,18 @@ pub enum Workload {
     /// A shared cursor sweeps the buffers in order, wrapping around, reading a word from every
     /// 4 KiB page of each: the paper's Figure 6 sequential insertion.
     Seq,
+    /// Point lookups as `lookup`, but buffers drawn from a Zipf(0.99) distribution (YCSB's
+    /// skew), hot buffers scattered over the file: where eviction policies differ.
+    Zipf,
+}
+
+/// The skew of the `zipf` workload.
+pub const ZIPF_THETA: f64 = 0.99;
+
+/// The Zipf table of one process (a worker runs one workload over one file).
+fn zipf(buffers: u64) -> &'static Zipf {
+    static Z: OnceLock<Zipf> = OnceLock::new();
+    Z.get_or_init(|| Zipf::new(buffers, ZIPF_THETA))
 }
 
 impl Workload {
@@ -32,7 +46,13 @@ impl Workload {
         match self {
             Workload::Lookup => "lookup",
             Workload::Seq => "seq",
+            Workload::Zipf => "zipf",
         }
+    }
+
+    /// Point lookups (random access), as opposed to a scan.
+    pub fn is_random(self) -> bool {
+        self != Workload::Seq
     }
 
     /// The buffer index of the next op.
@@ -41,6 +61,10 @@ impl Workload {
         match self {
             Workload::Lookup => rng.gen_range(0..buffers),
             Workload::Seq => cursor.fetch_add(1, Ordering::Relaxed) % buffers,
+            Workload::Zipf => {
+                let z = zipf(buffers);
+                z.scatter(z.sample(rng))
+            }
         }
     }
 
@@ -55,6 +79,9 @@ impl Workload {
     ) {
         match self {
             Workload::Lookup => out.iter_mut().for_each(|i| *i = rng.gen_range(0..buffers)),
+            Workload::Zipf => out
+                .iter_mut()
+                .for_each(|i| *i = self.next_index(rng, cursor, buffers)),
             Workload::Seq => {
                 let first = cursor.fetch_add(out.len() as u64, Ordering::Relaxed);
                 for (k, i) in out.iter_mut().enumerate() {
@@ -69,7 +96,7 @@ impl Workload {
     #[inline]
     pub fn touch(self, rng: &mut SmallRng, buf: &[u8], base: u64) -> u64 {
         match self {
-            Workload::Lookup => {
+            Workload::Lookup | Workload::Zipf => {
                 let at = rng.gen_range(0..buf.len() / 8) * 8;
                 u64::from(!word_ok(buf, base, at))
             }

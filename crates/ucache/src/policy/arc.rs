@@ -124,9 +124,7 @@ impl Policy for ArcPolicy {
 
     /// Case I: a hit in T1 or T2 moves x to T2's MRU end.
     fn on_hit(&self, index: u64) {
-        let Some(mut l) = self.lists.as_ref().and_then(|m| m.try_lock()) else {
-            return; // contended: a lossy hit (see advanced.rs)
-        };
+        let mut l = self.lists();
         if l.t1.remove(index) {
             l.t2.push_front(index);
         } else if l.t2.contains(index) {
@@ -175,8 +173,10 @@ impl Policy for ArcPolicy {
         if l.to_t2.remove(index) {
             l.t2.push_front(index);
         } else {
-            // A prefetch (no demand miss, so no adaptation) may load a ghost: forget it.
-            let _ = l.b1.remove(index) || l.b2.remove(index);
+            // An insert without a demand miss (a prefetch) is no re-reference: forget the
+            // ghost, if any, rather than adapt p.
+            l.b1.remove(index);
+            l.b2.remove(index);
             l.t1.push_front(index);
         }
         l.trim();

@@ -107,6 +107,13 @@ impl Guarded {
         self.call(true, |p| p.is_evictable(index))
     }
 
+    /// The policy's admission decision; a broken policy admits everything, as the cache
+    /// without a policy would.
+    #[inline]
+    pub fn admit(&self, index: u64) -> bool {
+        self.call(true, |p| p.admit(index))
+    }
+
     #[inline]
     pub fn wants_hits(&self) -> bool {
         self.wants_hits

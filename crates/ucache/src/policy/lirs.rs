@@ -148,9 +148,7 @@ impl Policy for Lirs {
     }
 
     fn on_hit(&self, x: u64) {
-        let Some(mut st) = self.state.as_ref().and_then(|m| m.try_lock()) else {
-            return; // contended: a lossy hit (see advanced.rs)
-        };
+        let mut st = self.st();
         match st.status[x as usize] {
             Status::Lir => {
                 let bottom = st.s.back() == Some(x);
@@ -184,11 +182,10 @@ impl Policy for Lirs {
     fn on_insert(&self, x: u64) {
         let mut st = self.st();
         if st.status[x as usize] == Status::HirGhost {
-            // Loaded by a prefetch, not a demand miss: no reference, so its history goes.
+            // Inserted without a demand miss (a prefetch): leave the ghost queue as on_miss
+            // would have, so the buffer is not listed twice.
             st.ghosts.remove(x);
-            st.s.remove(x);
-            st.status[x as usize] = Status::Untracked;
-            st.prune();
+            st.status[x as usize] = Status::Pending;
         }
         // A ghost that missed while still in S has the smallest IRR of all; during warm-up
         // every new buffer is LIR until the LIR set is full.

@@ -16,19 +16,29 @@ use crate::state::{BufferState, Word};
 mod advanced;
 mod arc;
 mod clock;
+#[cfg(test)]
+mod conformance;
 mod count_min;
 mod fallback;
+mod fifo;
 mod get_scan;
 mod global;
 mod guarded;
 mod hint;
+mod lfu;
 mod lhd;
 mod lirs;
 mod list;
+mod lists;
+mod lru;
 mod mglru;
+mod mru;
 pub mod prefetch;
 mod priority;
+mod registry;
 mod resident;
+mod s3fifo;
+mod sieve;
 mod simulator;
 mod two_q;
 mod w_tiny_lfu;
@@ -38,16 +48,24 @@ pub use arc::ArcPolicy;
 pub use clock::Clock;
 pub use count_min::CountMin;
 pub use fallback::Fallback;
+pub use fifo::Fifo;
 pub use get_scan::GetScan;
 pub use global::{MappingUsage, ProportionalGlobal};
 pub use guarded::Guarded;
 pub use hint::Hint;
+pub use lfu::Lfu;
 pub use lhd::Lhd;
 pub use lirs::Lirs;
 pub use list::IndexList;
+pub use lists::IndexQueues;
+pub use lru::Lru;
 pub use mglru::Mglru;
+pub use mru::Mru;
 pub use priority::{Priority, PriorityHandle};
+pub use registry::{policy_by_name, POLICY_NAMES};
 pub use resident::ResidentSet;
+pub use s3fifo::{S3Fifo, S3Queue};
+pub use sieve::Sieve;
 pub use simulator::{SimStats, Simulator};
 pub use two_q::TwoQ;
 pub use w_tiny_lfu::WTinyLfu;
@@ -92,6 +110,23 @@ impl<'a> Buffers<'a> {
         self.states[index as usize].load()
     }
 
+    /// Hints that the state word of `index` will be read soon (see [`BufferState::prefetch`]);
+    /// out-of-range indices are ignored.
+    #[inline]
+    pub fn prefetch(&self, index: u64) {
+        if let Some(s) = self.states.get(index as usize) {
+            s.prefetch();
+        }
+    }
+
+    /// Whether buffer `index` could be evicted right now: cached and held by nobody. Policies
+    /// skip other buffers when they propose, so a pinned buffer never costs a batch slot.
+    #[inline]
+    pub fn is_candidate(&self, index: u64) -> bool {
+        let w = self.state(index);
+        w.phase() == crate::state::Phase::Cached && w.idle()
+    }
+
     /// Clears the referenced bit and says whether it was set (CLOCK's second chance). Losing a
     /// race with a concurrent pin only leaves the bit set, which is harmless.
     #[inline]
@@ -130,6 +165,18 @@ pub trait Policy: Send + Sync + 'static {
         true
     }
 
+    /// Admission control (cache_ext §5.6): whether a missing buffer that is about to be read
+    /// may enter the cache. Refused reads are served around the cache: [`crate::Mapping::read`]
+    /// copies those bytes straight from the store, a prefetch drops the buffer, the simulator
+    /// counts a bypassed miss. Pins, `ensure_cached` and transparent faults always admit: their
+    /// caller needs the bytes in the mapping's memory, so there is nothing to bypass to. Called
+    /// on the reading thread, so a policy may decide by [`Hint::current`] (e.g. refuse
+    /// [`Hint::BACKGROUND`] reads, as cache_ext's compaction filter does).
+    fn admit(&self, index: u64) -> bool {
+        let _ = index;
+        true
+    }
+
     /// Whether misses on this mapping should trigger [`Policy::choose_prefetch_buffers`].
     fn has_prefetching(&self) -> bool {
         false
@@ -155,7 +202,9 @@ pub trait Policy: Send + Sync + 'static {
         let _ = index;
     }
 
-    /// A pin found the buffer cached.
+    /// An access found the buffer cached. For a pin the buffer stays held while this runs; for
+    /// `ensure_cached` and `prefetch`, which do not pin, it may be evicted meanwhile, so a hit
+    /// may arrive for a buffer the policy no longer holds (ignore it, or reset on insert).
     fn on_hit(&self, index: u64) {
         let _ = index;
     }

@@ -89,6 +89,40 @@ impl ResidentSet {
         }
     }
 
+    /// Claims the next `n` slots from the shared hand, calls `prefetch` for every key in them
+    /// and then `f` for each key in order until `f` returns true. The slots after that key are
+    /// handed back, so the next sweep starts right after it (the textbook hand), unless another
+    /// thread claimed slots meanwhile: then they are simply skipped this lap. Returns the
+    /// slots looked at. Concurrent callers get disjoint slots.
+    pub fn clock_sweep(
+        &self,
+        n: u64,
+        mut prefetch: impl FnMut(u64),
+        mut f: impl FnMut(u64) -> bool,
+    ) -> u64 {
+        let start = self.hand.fetch_add(n, Ordering::Relaxed);
+        let key = |i: u64| self.slots[(i & self.mask) as usize].load(Ordering::Acquire);
+        for i in start..start + n {
+            let k = key(i);
+            if k < TOMBSTONE {
+                prefetch(k);
+            }
+        }
+        for i in start..start + n {
+            let k = key(i);
+            if k < TOMBSTONE && f(k) {
+                let _ = self.hand.compare_exchange(
+                    start + n,
+                    i + 1,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+                return i + 1 - start;
+            }
+        }
+        n
+    }
+
     /// Number of slots (twice the capacity, rounded up to a power of two).
     pub fn slots(&self) -> u64 {
         self.slots.len() as u64
@@ -124,6 +158,40 @@ mod tests {
             seen.insert(k);
         });
         assert_eq!(seen, (50..100).map(|k| k * 7).collect());
+    }
+
+    #[test]
+    fn sweep_hands_back_the_slots_after_a_stop() {
+        let s = ResidentSet::new(100);
+        for k in 0..100 {
+            s.insert(k);
+        }
+        let mut seen = Vec::new();
+        // Stop at the third key: the next sweep starts right after it.
+        let mut n = 0;
+        let looked = s.clock_sweep(
+            16,
+            |_| {},
+            |k| {
+                seen.push(k);
+                n += 1;
+                n == 3
+            },
+        );
+        assert!((3..16).contains(&looked));
+        let mut next = None;
+        s.clock_sweep(
+            s.slots(),
+            |_| {},
+            |k| {
+                next = Some(k);
+                true
+            },
+        );
+        let mut all = Vec::new();
+        s.clock_batch(s.slots(), |k| all.push(k));
+        let after = all.iter().position(|&k| k == seen[2]).unwrap();
+        assert_eq!(next, Some(all[(after + 1) % all.len()]));
     }
 
     #[test]

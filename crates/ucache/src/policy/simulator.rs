@@ -32,6 +32,9 @@ pub struct SimStats {
     pub fallback_evictions: u64,
     /// Proposals the manager refused: not resident, out of range or vetoed by `is_evictable`.
     pub rejected: u64,
+    /// Misses the policy refused to admit ([`Policy::admit`]): served around the cache, as
+    /// [`crate::Mapping::read`] does, and not inserted. Counted in `misses` too.
+    pub bypassed: u64,
     /// Misses served without inserting because nothing at all could be evicted (every
     /// resident buffer vetoed), as the live cache would report its budget exhausted.
     pub unevictable: u64,
@@ -106,6 +109,16 @@ impl Simulator {
         self.states[id as usize].load().phase() == Phase::Cached
     }
 
+    /// Says that buffer `id` will be accessed soon, so its state word can be on its way into
+    /// the CPU cache meanwhile. A replay knows its trace's future; on traces far larger than
+    /// the cache the state word is a cache miss per request otherwise. Only a hint.
+    #[inline]
+    pub fn prefetch(&self, id: u64) {
+        if let Some(s) = self.states.get(id as usize) {
+            s.prefetch();
+        }
+    }
+
     /// One access to buffer `id` (< `buffers`), as a shared pin and unpin would make it.
     /// Returns whether it hit.
     #[inline]
@@ -124,6 +137,10 @@ impl Simulator {
         }
         self.stats.misses += 1;
         self.policy.on_miss(id);
+        if !self.policy.admit(id) {
+            self.stats.bypassed += 1;
+            return false;
+        }
         while self.resident >= self.capacity {
             if !self.evict() {
                 self.stats.unevictable += 1;
@@ -203,6 +220,65 @@ impl std::fmt::Debug for Simulator {
     }
 }
 
+/// Replays `trace` through `policy` with room for `capacity` buffers and spells the outcome,
+/// `H` for a hit and `M` for a miss, so textbook sequences can be written down as strings.
+#[cfg(test)]
+pub(crate) fn hit_pattern(policy: Box<dyn Policy>, capacity: u64, trace: &[u64]) -> String {
+    let n = trace.iter().max().map_or(1, |m| m + 1);
+    let mut sim = Simulator::new(policy, n, capacity);
+    let s: String = trace
+        .iter()
+        .map(|&id| if sim.access(id) { 'H' } else { 'M' })
+        .collect();
+    let st = sim.stats();
+    assert_eq!(
+        (st.fallback_evictions, st.rejected, st.unevictable),
+        (0, 0, 0),
+        "the policy alone must drive a textbook replay"
+    );
+    s
+}
+
+/// A policy the test keeps a handle to while the simulator owns it, to look inside.
+#[cfg(test)]
+pub(crate) struct Probe<P>(pub std::sync::Arc<parking_lot::RwLock<P>>);
+
+#[cfg(test)]
+impl<P: Policy> Probe<P> {
+    pub(crate) fn wrap(p: P) -> (Box<dyn Policy>, std::sync::Arc<parking_lot::RwLock<P>>) {
+        let a = std::sync::Arc::new(parking_lot::RwLock::new(p));
+        (Box::new(Probe(a.clone())), a)
+    }
+}
+
+#[cfg(test)]
+impl<P: Policy> Policy for Probe<P> {
+    fn name(&self) -> &str {
+        "probe"
+    }
+    fn attach(&mut self, layout: Layout) {
+        self.0.write().attach(layout);
+    }
+    fn choose_eviction_buffers(&self, buffers: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
+        self.0.read().choose_eviction_buffers(buffers, want, out);
+    }
+    fn admit(&self, index: u64) -> bool {
+        self.0.read().admit(index)
+    }
+    fn wants_hits(&self) -> bool {
+        self.0.read().wants_hits()
+    }
+    fn on_hit(&self, index: u64) {
+        self.0.read().on_hit(index);
+    }
+    fn on_insert(&self, index: u64) {
+        self.0.read().on_insert(index);
+    }
+    fn on_evict(&self, index: u64) {
+        self.0.read().on_evict(index);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,7 +355,43 @@ mod tests {
         assert_eq!(sim.resident(), 1);
     }
 
-    /// Counts `on_miss` and checks it comes before the evictions and insert of its miss.
+    /// Admits even buffers only.
+    struct EvenOnly(Clock);
+    impl Policy for EvenOnly {
+        fn name(&self) -> &str {
+            "even-only"
+        }
+        fn attach(&mut self, layout: Layout) {
+            self.0.attach(layout);
+        }
+        fn choose_eviction_buffers(&self, b: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
+            self.0.choose_eviction_buffers(b, want, out);
+        }
+        fn admit(&self, index: u64) -> bool {
+            index.is_multiple_of(2)
+        }
+        fn on_insert(&self, index: u64) {
+            self.0.on_insert(index);
+        }
+        fn on_evict(&self, index: u64) {
+            self.0.on_evict(index);
+        }
+    }
+
+    #[test]
+    fn refused_admission_is_a_bypassed_miss_that_inserts_nothing() {
+        let mut sim = Simulator::new(Box::new(EvenOnly(Clock::new())), 16, 4);
+        for id in [0, 1, 2, 1, 0, 3] {
+            sim.access(id);
+        }
+        let s = sim.stats();
+        assert_eq!((s.requests, s.hits, s.misses, s.bypassed), (6, 1, 5, 3));
+        assert!(!sim.is_resident(1) && !sim.is_resident(3));
+        assert_eq!(sim.resident(), 2);
+        assert_eq!(s.evictions, 0);
+    }
+
+    /// Logs `on_miss`, which must come before the evictions and insert of its miss.
     struct MissOrder {
         clock: Clock,
         log: std::sync::Mutex<Vec<(char, u64)>>,

@@ -90,9 +90,7 @@ impl Policy for TwoQ {
     }
 
     fn on_hit(&self, index: u64) {
-        let Some(mut q) = self.q.as_ref().and_then(|m| m.try_lock()) else {
-            return; // contended: a lossy hit (see advanced.rs)
-        };
+        let mut q = self.q();
         // A hit in A1in does nothing: correlated references do not prove a buffer hot.
         if q.am.contains(index) {
             q.am.move_to_front(index);
@@ -111,7 +109,8 @@ impl Policy for TwoQ {
         if q.to_am.remove(index) {
             q.am.push_front(index);
         } else {
-            // A prefetch is not a reference: a remembered index starts over in A1in.
+            // An insert without a demand miss (a prefetch) is no re-reference: the ghost, if
+            // any, is simply forgotten.
             q.a1out.remove(index);
             q.a1in.push_front(index);
         }

@@ -6,7 +6,6 @@ use std::os::fd::AsRawFd;
 
 use super::{Params, System};
 use crate::bench::worker::ThreadCtx;
-use crate::bench::workload::Workload;
 
 pub struct Mmap {
     base: *const u8,
@@ -40,7 +39,7 @@ impl Mmap {
         }
         // Random lookups would otherwise fault in readahead windows of neighbours they never
         // use, spending the cgroup's budget on them; scans keep the kernel's readahead.
-        if p.workload == Workload::Lookup {
+        if p.workload.is_random() {
             // SAFETY: advice on the range we just mapped.
             if unsafe { libc::madvise(base, len, libc::MADV_RANDOM) } != 0 {
                 return Err(format!("madvise: {}", std::io::Error::last_os_error()));

@@ -15,14 +15,16 @@ pub mod aligned;
 mod array;
 mod mmap;
 mod pread;
+mod raw_get;
 mod raw_psync;
 mod raw_uring;
 mod ucache;
 
 /// Reads raw-uring keeps in flight per thread.
 pub const URING_QUEUE_DEPTH: usize = 32;
-/// Buffers per `ensure_cached_buffers` call in ucache-prefetch: the same as raw-uring's queue
-/// depth, so the two are compared at the same amount of IO in flight.
+/// Buffers per `ensure_cached_buffers` call in ucache-prefetch by default (`--prefetch-depth`):
+/// the same as raw-uring's queue depth, so the two are compared at the same amount of IO in
+/// flight.
 pub const PREFETCH_BATCH: usize = 32;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
@@ -41,6 +43,9 @@ pub enum SystemKind {
     /// The same, in compatibility mode: faults queue on the userfaultfd and handler threads
     /// (as many as workload threads) serve them.
     UcacheTransparentThreads,
+    /// ucache-transparent without access tracking: eviction candidates are dropped at once
+    /// instead of set aside first, so CLOCK sees no accesses (what tracking costs and buys).
+    UcacheTransparentUntracked,
     /// The whole file copied into an anonymous array first: the in-memory upper bound (only
     /// meaningful when the data fits in the budget).
     Array,
@@ -52,20 +57,25 @@ pub enum SystemKind {
     RawPsync,
     /// O_DIRECT reads, 32 in flight per thread on its own io_uring: the device's throughput.
     RawUring,
+    /// S3 only: ranged GETs straight into private memory, `--prefetch-depth` in flight per
+    /// thread, no cache: what the server gives at the concurrency ucache-prefetch uses.
+    RawGet,
 }
 
 impl SystemKind {
-    pub const ALL: [SystemKind; 10] = [
+    pub const ALL: [SystemKind; 12] = [
         SystemKind::UcacheExplicit,
         SystemKind::UcachePrefetch,
         SystemKind::UcacheOptimistic,
         SystemKind::UcacheTransparent,
         SystemKind::UcacheTransparentThreads,
+        SystemKind::UcacheTransparentUntracked,
         SystemKind::Array,
         SystemKind::Mmap,
         SystemKind::Pread,
         SystemKind::RawPsync,
         SystemKind::RawUring,
+        SystemKind::RawGet,
     ];
 
     pub fn name(self) -> &'static str {
@@ -75,11 +85,13 @@ impl SystemKind {
             SystemKind::UcacheOptimistic => "ucache-optimistic",
             SystemKind::UcacheTransparent => "ucache-transparent",
             SystemKind::UcacheTransparentThreads => "ucache-transparent-threads",
+            SystemKind::UcacheTransparentUntracked => "ucache-transparent-untracked",
             SystemKind::Array => "array",
             SystemKind::Mmap => "mmap",
             SystemKind::Pread => "pread",
             SystemKind::RawPsync => "raw-psync",
             SystemKind::RawUring => "raw-uring",
+            SystemKind::RawGet => "raw-get",
         }
     }
 
@@ -98,6 +110,19 @@ impl SystemKind {
         matches!(self, SystemKind::Mmap | SystemKind::Pread)
     }
 
+    /// Systems that read the local data file themselves (not through a ucache store), so
+    /// cannot run against an object store.
+    pub fn needs_local_file(self) -> bool {
+        matches!(
+            self,
+            SystemKind::Array
+                | SystemKind::Mmap
+                | SystemKind::Pread
+                | SystemKind::RawPsync
+                | SystemKind::RawUring
+        )
+    }
+
     pub fn is_ucache(self) -> bool {
         matches!(
             self,
@@ -106,26 +131,61 @@ impl SystemKind {
                 | SystemKind::UcacheOptimistic
                 | SystemKind::UcacheTransparent
                 | SystemKind::UcacheTransparentThreads
+                | SystemKind::UcacheTransparentUntracked
         )
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
+/// The store under ucache: `file`, `uring`, or an object `s3://bucket/key`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreKind {
     /// ucache's FileStore with O_DIRECT: synchronous reads, batches run one after another.
     File,
     /// ucache's UringStore: batches keep many reads in flight.
     Uring,
+    /// ucache-object's S3Object: ranged GETs, a batch's GETs in flight at once.
+    S3(String),
 }
 
 impl StoreKind {
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &str {
         match self {
             StoreKind::File => "file",
             StoreKind::Uring => "uring",
+            StoreKind::S3(url) => url,
         }
     }
+
+    pub fn parse(s: &str) -> Result<StoreKind, String> {
+        match s.trim() {
+            "file" => Ok(StoreKind::File),
+            "uring" => Ok(StoreKind::Uring),
+            url if url.starts_with("s3://") => {
+                ucache_object::S3Config::new(url).map_err(|e| e.to_string())?;
+                Ok(StoreKind::S3(url.to_string()))
+            }
+            other => Err(format!(
+                "unknown store '{other}' (file, uring, or s3://bucket/key)"
+            )),
+        }
+    }
+
+    pub fn s3_url(&self) -> Option<&str> {
+        match self {
+            StoreKind::S3(url) => Some(url),
+            _ => None,
+        }
+    }
+}
+
+/// The S3 settings of a run: the object and where to reach it (credentials come from the
+/// environment, so they never appear on a command line or in a report).
+pub fn s3_config(url: &str, endpoint: Option<&str>) -> Result<ucache_object::S3Config, String> {
+    let mut c = ucache_object::S3Config::from_env(url).map_err(|e| e.to_string())?;
+    if let Some(e) = endpoint {
+        c = c.endpoint(e);
+    }
+    Ok(c)
 }
 
 /// Everything a system needs to set itself up.
@@ -138,6 +198,10 @@ pub struct Params {
     pub memory_bytes: u64,
     pub threads: usize,
     pub store: StoreKind,
+    /// S3 endpoint (`--endpoint`), else the environment's.
+    pub endpoint: Option<String>,
+    /// Buffers per batch of ucache-prefetch, requests in flight per thread of raw-get.
+    pub prefetch_depth: usize,
 }
 
 impl Params {
@@ -180,6 +244,9 @@ pub fn open(kind: SystemKind, p: &Params) -> Result<Box<dyn System>, String> {
         SystemKind::UcacheTransparent => {
             Box::new(ucache::Ucache::open(p, ucache::Mode::Transparent)?)
         }
+        SystemKind::UcacheTransparentUntracked => {
+            Box::new(ucache::Ucache::open(p, ucache::Mode::TransparentUntracked)?)
+        }
         SystemKind::UcacheTransparentThreads => {
             Box::new(ucache::Ucache::open(p, ucache::Mode::TransparentThreads)?)
         }
@@ -188,6 +255,7 @@ pub fn open(kind: SystemKind, p: &Params) -> Result<Box<dyn System>, String> {
         SystemKind::Pread => Box::new(pread::Pread::open(p)?),
         SystemKind::RawPsync => Box::new(raw_psync::RawPsync::open(p)?),
         SystemKind::RawUring => Box::new(raw_uring::RawUring::open(p)?),
+        SystemKind::RawGet => Box::new(raw_get::RawGet::open(p)?),
     };
     Ok(sys)
 }
@@ -205,5 +273,15 @@ mod tests {
             assert_eq!(serde_json::to_value(k).unwrap(), k.name());
         }
         assert!(SystemKind::parse("nope").is_err());
+    }
+
+    #[test]
+    fn stores_parse() {
+        assert_eq!(StoreKind::parse("file").unwrap(), StoreKind::File);
+        assert_eq!(StoreKind::parse("uring").unwrap(), StoreKind::Uring);
+        let s3 = StoreKind::parse("s3://b/k").unwrap();
+        assert_eq!((s3.name(), s3.s3_url()), ("s3://b/k", Some("s3://b/k")));
+        assert!(StoreKind::parse("s3://").is_err());
+        assert!(StoreKind::parse("nfs").is_err());
     }
 }

@@ -8,7 +8,6 @@ use std::os::unix::fs::FileExt;
 use super::aligned::AlignedBuf;
 use super::{Params, System};
 use crate::bench::worker::ThreadCtx;
-use crate::bench::workload::Workload;
 
 pub struct Pread {
     file: File,
@@ -18,7 +17,7 @@ impl Pread {
     pub fn open(p: &Params) -> Result<Self, String> {
         let file = File::open(&p.path).map_err(|e| format!("open {}: {e}", p.path.display()))?;
         // Same as mmap: no readahead for random lookups, the kernel default for scans.
-        if p.workload == Workload::Lookup {
+        if p.workload.is_random() {
             // SAFETY: advisory call on a valid fd.
             unsafe {
                 libc::posix_fadvise(

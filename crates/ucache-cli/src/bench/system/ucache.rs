@@ -1,8 +1,8 @@
 //! ucache itself, driven four ways:
 //! - explicit: one `pin_shared` per op, so a miss is one synchronous load, comparable with
 //!   raw-psync at the same thread count;
-//! - prefetch: `ensure_cached_buffers` on 32 indices first, so the store can keep many loads
-//!   in flight, comparable with raw-uring;
+//! - prefetch: `ensure_cached_buffers` on `--prefetch-depth` (32) indices first, so the store
+//!   can keep many loads in flight, comparable with raw-uring (and with raw-get over S3);
 //! - optimistic: `read_optimistic`, no pin at all on a hit;
 //! - transparent: plain loads from a transparent mapping, exactly the mmap system's loop, so
 //!   the two differ only in who serves the faults.
@@ -12,9 +12,8 @@ use std::sync::Arc;
 use ucache::store::{FileStore, Store, UringOptions, UringStore};
 use ucache::{Cache, CacheOptions, FaultHandling, MapOptions, Mapping};
 
-use super::{Params, StoreKind, System, PREFETCH_BATCH as BATCH};
+use super::{s3_config, Params, StoreKind, System};
 use crate::bench::worker::ThreadCtx;
-use crate::bench::workload::Workload;
 
 /// How the workload drives the mapping.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -25,6 +24,8 @@ pub enum Mode {
     Transparent,
     /// Transparent, faults served by handler threads (one per workload thread).
     TransparentThreads,
+    /// Transparent, without setting eviction candidates aside.
+    TransparentUntracked,
 }
 
 pub struct Ucache {
@@ -35,7 +36,10 @@ pub struct Ucache {
 
 impl Ucache {
     pub fn open(p: &Params, mode: Mode) -> Result<Self, String> {
-        let transparent = matches!(mode, Mode::Transparent | Mode::TransparentThreads);
+        let transparent = matches!(
+            mode,
+            Mode::Transparent | Mode::TransparentThreads | Mode::TransparentUntracked
+        );
         let handling = if mode == Mode::TransparentThreads {
             FaultHandling::HandlerThreads(p.threads)
         } else {
@@ -45,14 +49,25 @@ impl Ucache {
         // fault breakdown of the report.
         let cache = Cache::new(CacheOptions::new(p.memory_bytes).profile_faults(transparent))
             .map_err(|e| format!("Cache::new: {e}"))?;
-        let store: Arc<dyn Store> = match p.store {
+        let store: Arc<dyn Store> = match &p.store {
             StoreKind::File => Arc::new(FileStore::direct()),
             StoreKind::Uring => Arc::new(
                 UringStore::new(UringOptions::default())
                     .map_err(|e| format!("UringStore::new: {e}"))?,
             ),
+            // Enough GETs in flight for every thread's whole batch at once.
+            StoreKind::S3(url) => Arc::new(
+                ucache_object::S3Store::new(
+                    s3_config(url, p.endpoint.as_deref())?
+                        .max_in_flight(p.prefetch_depth * p.threads),
+                )
+                .map_err(|e| format!("S3Store::new: {e}"))?,
+            ),
         };
-        let path = p.path.to_str().ok_or("data file path is not UTF-8")?;
+        let path = match &p.store {
+            StoreKind::S3(url) => url.as_str(),
+            _ => p.path.to_str().ok_or("data file path is not UTF-8")?,
+        };
         let map = cache
             .map(
                 store,
@@ -60,6 +75,7 @@ impl Ucache {
                 MapOptions::new()
                     .buffer_size(p.buffer_size)
                     .transparent(transparent)
+                    .track_access(mode != Mode::TransparentUntracked)
                     .fault_handling(handling),
             )
             .map_err(|e| format!("Cache::map: {e}"))?;
@@ -87,7 +103,7 @@ impl Ucache {
     }
 
     fn optimistic(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
-        if ctx.params().workload != Workload::Lookup {
+        if !ctx.params().workload.is_random() {
             return self.explicit(ctx);
         }
         while ctx.running() {
@@ -122,7 +138,7 @@ impl Ucache {
     }
 
     fn prefetch(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
-        let mut indices = [0u64; BATCH];
+        let mut indices = vec![0u64; ctx.params().prefetch_depth];
         while ctx.running() {
             let t = ctx.sample();
             ctx.next_indices(&mut indices);
@@ -136,7 +152,7 @@ impl Ucache {
                     .map_err(|e| format!("pin_shared({idx}): {e}"))?;
                 ctx.touch(&g[..], idx);
             }
-            ctx.done(BATCH as u64, t);
+            ctx.done(indices.len() as u64, t);
         }
         Ok(())
     }
@@ -148,7 +164,9 @@ impl System for Ucache {
             Mode::Explicit => self.explicit(ctx),
             Mode::Prefetch => self.prefetch(ctx),
             Mode::Optimistic => self.optimistic(ctx),
-            Mode::Transparent | Mode::TransparentThreads => self.transparent(ctx),
+            Mode::Transparent | Mode::TransparentThreads | Mode::TransparentUntracked => {
+                self.transparent(ctx)
+            }
         }
     }
 
@@ -163,6 +181,8 @@ impl System for Ucache {
             ("fault_evict_ns", s.fault_evict_ns),
             ("fault_io_ns", s.fault_io_ns),
             ("fault_install_ns", s.fault_install_ns),
+            ("set_aside", s.set_aside),
+            ("restores", s.restores),
         ]
     }
 
@@ -172,7 +192,7 @@ impl System for Ucache {
 
     fn latency_unit(&self) -> &'static str {
         if self.mode == Mode::Prefetch {
-            "batch of 32 ops (ensure_cached_buffers + 32 pins)"
+            "batch of --prefetch-depth ops (ensure_cached_buffers + one pin each)"
         } else {
             "op"
         }

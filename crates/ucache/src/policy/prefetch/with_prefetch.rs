@@ -74,6 +74,10 @@ impl<P: Policy, F: Prefetcher> Policy for WithPrefetch<P, F> {
         self.policy.on_miss(index);
     }
 
+    fn admit(&self, index: u64) -> bool {
+        self.policy.admit(index)
+    }
+
     fn on_hit(&self, index: u64) {
         self.policy.on_hit(index);
     }

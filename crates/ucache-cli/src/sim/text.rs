@@ -1,0 +1,57 @@
+//! The plain text trace: one decimal id per line.
+
+use std::io::BufRead;
+
+/// Parses a decimal id, or says what is wrong with `tok` on line `line`.
+pub fn parse_id(tok: &str, line: u64) -> Result<u64, String> {
+    tok.parse::<u64>()
+        .map_err(|_| format!("line {line}: '{tok}' is not an id (a decimal integer below 2^64)"))
+}
+
+pub fn read(
+    r: &mut dyn BufRead,
+    sink: &mut dyn FnMut(u64) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut line = String::new();
+    let mut n = 0u64;
+    loop {
+        line.clear();
+        n += 1;
+        if r.read_line(&mut line)
+            .map_err(|e| format!("line {n}: {e}"))?
+            == 0
+        {
+            return Ok(());
+        }
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        sink(parse_id(t, n)?).map_err(|e| format!("line {n}: {e}"))?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(s: &str) -> Result<Vec<u64>, String> {
+        let mut v = Vec::new();
+        read(&mut s.as_bytes(), &mut |id| {
+            v.push(id);
+            Ok(())
+        })?;
+        Ok(v)
+    }
+
+    #[test]
+    fn reads_ids_skipping_blanks_and_comments() {
+        assert_eq!(ids("1\n# c\n\n 22 \n3").unwrap(), vec![1, 22, 3]);
+    }
+
+    #[test]
+    fn names_the_bad_line() {
+        let e = ids("1\n2\nx7\n").unwrap_err();
+        assert!(e.starts_with("line 3:") && e.contains("x7"), "{e}");
+    }
+}

@@ -1,0 +1,86 @@
+//! object_store's errors in the cache's terms, always naming the object.
+//!
+//! [`ucache::store::Object`] methods return `io::Error`, which the cache wraps with the object
+//! and offset ([`ucache::Error::io`]). The mapping here picks the `io::ErrorKind` the cache
+//! acts on: `NotFound` becomes [`ucache::Error::NotFound`], a changed ETag travels as a wrapped
+//! [`ucache::Error::ObjectChanged`], and anything transient (server unreachable, timeouts after
+//! the retries ran out) stays a plain IO error, which for a write-back keeps the data dirty and
+//! resident so a later `msync` retries it.
+
+use std::io;
+
+use ucache::Error;
+
+/// Converts a failed request on `object` (`what` says which part: a chunk key, "manifest").
+pub(crate) fn to_io(object: &str, what: &str, e: object_store::Error) -> io::Error {
+    use object_store::Error as E;
+    match e {
+        E::NotFound { .. } => io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{object}: {what} not found (no such bucket or key)"),
+        ),
+        E::Precondition { .. } => changed(object),
+        E::PermissionDenied { source, .. } | E::Unauthenticated { source, .. } => io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{object}: {what}: access denied, check the credentials and bucket policy ({source})"),
+        ),
+        other => io::Error::other(format!("{object}: {what}: {other}")),
+    }
+}
+
+/// The typed error for an object replaced behind the cache.
+pub(crate) fn changed(object: &str) -> io::Error {
+    io::Error::other(Error::ObjectChanged {
+        object: object.to_string(),
+    })
+}
+
+/// A copy of `e` for the other requests that shared its GET (io::Error is not Clone).
+pub(crate) fn dup(e: &io::Error) -> io::Error {
+    if let Some(Error::ObjectChanged { object }) = e.get_ref().and_then(|x| x.downcast_ref()) {
+        return changed(object);
+    }
+    io::Error::new(e.kind(), e.to_string())
+}
+
+/// Converts an error from opening `object` into the cache's error.
+pub(crate) fn open_error(object: &str, what: &str, e: object_store::Error) -> Error {
+    Error::io("open", object, 0, to_io(object, what, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn boxed(s: &str) -> Box<dyn std::error::Error + Send + Sync> {
+        s.into()
+    }
+
+    #[test]
+    fn kinds_the_cache_acts_on() {
+        let nf = object_store::Error::NotFound {
+            path: "k".into(),
+            source: boxed("404"),
+        };
+        match open_error("s3://b/k", "object", nf) {
+            Error::NotFound { object } => assert_eq!(object, "s3://b/k"),
+            other => panic!("{other:?}"),
+        }
+        let pre = object_store::Error::Precondition {
+            path: "k".into(),
+            source: boxed("412"),
+        };
+        let e = to_io("s3://b/k", "range", pre);
+        assert!(matches!(
+            Error::io("read", "s3://b/k", 0, dup(&e)),
+            Error::ObjectChanged { .. }
+        ));
+        let denied = object_store::Error::PermissionDenied {
+            path: "k".into(),
+            source: boxed("403"),
+        };
+        let e = to_io("s3://b/k", "object", denied);
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert!(e.to_string().contains("s3://b/k"));
+    }
+}

@@ -1,0 +1,28 @@
+//! ucache stores over S3-compatible object stores, built on the `object_store` crate.
+//!
+//! Kept out of the core crate so that programs without object stores never build tokio,
+//! reqwest or TLS. Two layouts (see [`S3Store`]):
+//! - [`S3Object`]: one existing object, read-only, ETag-checked, misses fetched by ranged GETs
+//!   with adjacent misses of a batch coalesced and many requests in flight;
+//! - [`ChunkedObject`]: a read-write object stored as fixed-size chunk objects under a prefix
+//!   plus a manifest; write-back PUTs whole chunks and `msync` returns once they are
+//!   acknowledged.
+//!
+//! Errors name the object (`s3://bucket/key`): a missing bucket or key is
+//! [`ucache::Error::NotFound`], bad credentials an IO error of kind `PermissionDenied`, an
+//! object replaced behind the cache [`ucache::Error::ObjectChanged`], and an unreachable server
+//! an IO error that leaves dirty data dirty. Several nodes sharing a prefix each cache on their
+//! own and the last writer of a chunk wins; see [`chunked`] and docs/object-store.md.
+
+pub mod chunked;
+pub mod coalesce;
+mod config;
+mod error;
+mod readonly;
+mod runtime;
+mod store;
+
+pub use chunked::{ChunkedObject, DEFAULT_CHUNK_SIZE};
+pub use config::S3Config;
+pub use readonly::S3Object;
+pub use store::S3Store;
