@@ -140,6 +140,19 @@ mod tests {
                 prop_assert!(w.phase() == Phase::Cached, "proposed non-resident {i}");
                 prop_assert!(w.idle(), "proposed pinned {i}");
             }
+            // Priority: a protected buffer only once no unprotected candidate is left out.
+            if let Some(h) = handle {
+                if out.iter().any(|&i| h.priority(i) > 0) {
+                    let spare = (0..N).find(|&j| {
+                        let w = st[j as usize].load();
+                        w.phase() == Phase::Cached
+                            && w.idle()
+                            && h.priority(j) == 0
+                            && !out.contains(&j)
+                    });
+                    prop_assert!(spare.is_none(), "protected proposed, {spare:?} spared");
+                }
+            }
             Ok(())
         };
         let mut resident = 0u64;
