@@ -3,6 +3,16 @@
 //!
 //! Each policy lives in its own file with its source and when it suits; this file only names
 //! them for the registry and holds what they share.
+//!
+//! Locking: most of these policies move a buffer between several lists on one event (ARC's
+//! T1 → T2 on a hit, LIRS's promote, demote and prune), and the moves must happen together,
+//! so each keeps its lists behind one per-mapping `parking_lot` mutex held for O(1) work.
+//! Misses, inserts and evictions always take it: the policy must track exactly the resident
+//! buffers. Hits only *try* it: a hit that finds the lock held is dropped, as Caffeine's
+//! lossy read buffer drops reads, because a lost recency update costs a little hit ratio
+//! while a hit that waits for a lock costs every hit. Single-threaded (the simulator, the
+//! textbook tests) nothing is dropped, so the policies behave exactly as their papers say.
+//! MGLRU needs no lock on hits at all.
 
 use super::{Buffers, Policy};
 use crate::state::Phase;
@@ -69,6 +79,10 @@ mod tests {
     enum Op {
         /// Access with a hint, as a pin and unpin would.
         Access(u64, u8),
+        /// A prefetch: loaded with no demand miss (no `on_miss`).
+        Prefetch(u64),
+        /// A demand miss whose read fails: `on_miss`, then no insert.
+        FailedLoad(u64),
         /// Pin and keep pinned (if resident).
         Pin(u64),
         Unpin(u64),
@@ -83,6 +97,8 @@ mod tests {
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             6 => (0..N, 0u8..5).prop_map(|(i, h)| Op::Access(i, h)),
+            1 => (0..N).prop_map(Op::Prefetch),
+            1 => (0..N).prop_map(Op::FailedLoad),
             1 => (0..N).prop_map(Op::Pin),
             1 => (0..N).prop_map(Op::Unpin),
             1 => (0..N).prop_map(Op::Evict),
@@ -124,23 +140,44 @@ mod tests {
                 prop_assert!(w.phase() == Phase::Cached, "proposed non-resident {i}");
                 prop_assert!(w.idle(), "proposed pinned {i}");
             }
+            // Priority: a protected buffer only once no unprotected candidate is left out.
+            if let Some(h) = handle {
+                if out.iter().any(|&i| h.priority(i) > 0) {
+                    let spare = (0..N).find(|&j| {
+                        let w = st[j as usize].load();
+                        w.phase() == Phase::Cached
+                            && w.idle()
+                            && h.priority(j) == 0
+                            && !out.contains(&j)
+                    });
+                    prop_assert!(spare.is_none(), "protected proposed, {spare:?} spared");
+                }
+            }
             Ok(())
         };
         let mut resident = 0u64;
         for op in ops {
             match *op {
-                Op::Access(i, h) => {
-                    let prev = Hint::set(Hint(h));
+                Op::Access(i, _) | Op::Prefetch(i) => {
+                    let demand = matches!(op, Op::Access(..));
+                    let prev = match *op {
+                        Op::Access(_, h) => Hint::set(Hint(h)),
+                        _ => Hint::set(Hint::NONE),
+                    };
                     let w = st[i as usize].load();
                     if w.phase() == Phase::Cached {
-                        if let Some(t) = w.touch() {
-                            st[i as usize].store_exclusive(t);
-                        }
-                        if p.wants_hits() {
-                            p.on_hit(i);
+                        if demand {
+                            if let Some(t) = w.touch() {
+                                st[i as usize].store_exclusive(t);
+                            }
+                            if p.wants_hits() {
+                                p.on_hit(i);
+                            }
                         }
                     } else {
-                        p.on_miss(i);
+                        if demand {
+                            p.on_miss(i);
+                        }
                         let mut room = resident < cap;
                         while !room {
                             let mut out = Vec::new();
@@ -165,11 +202,16 @@ mod tests {
                             let l = w.begin_load().unwrap();
                             s.store_exclusive(l);
                             p.on_insert(i);
-                            s.store_exclusive(l.finish_load(Pin::Shared, false).unpin_shared());
+                            s.store_exclusive(l.finish_load(Pin::Shared, !demand).unpin_shared());
                             resident += 1;
                         }
                     }
                     Hint::set(prev);
+                }
+                Op::FailedLoad(i) => {
+                    if !cached(i) {
+                        p.on_miss(i);
+                    }
                 }
                 Op::Pin(i) => {
                     let s = &st[i as usize];

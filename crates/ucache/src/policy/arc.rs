@@ -124,7 +124,9 @@ impl Policy for ArcPolicy {
 
     /// Case I: a hit in T1 or T2 moves x to T2's MRU end.
     fn on_hit(&self, index: u64) {
-        let mut l = self.lists();
+        let Some(mut l) = self.lists.as_ref().and_then(|m| m.try_lock()) else {
+            return; // contended: a lossy hit (see advanced.rs)
+        };
         if l.t1.remove(index) {
             l.t2.push_front(index);
         } else if l.t2.contains(index) {

@@ -84,7 +84,9 @@ impl Policy for GetScan {
 
     fn on_hit(&self, x: u64) {
         let scan = Hint::current() == Hint::SCAN;
-        let mut l = self.lists();
+        let Some(mut l) = self.lists.as_ref().and_then(|m| m.try_lock()) else {
+            return; // contended: a lossy hit (see advanced.rs)
+        };
         if l.scan.contains(x) {
             if scan {
                 l.scan.move_to_front(x);

@@ -215,7 +215,9 @@ impl Policy for Lhd {
     }
 
     fn on_hit(&self, x: u64) {
-        let mut st = self.st();
+        let Some(mut st) = self.state.as_ref().and_then(|m| m.try_lock()) else {
+            return; // contended: a lossy hit (see advanced.rs)
+        };
         if st.pos[x as usize] != NOT_RESIDENT {
             let (c, a) = (st.class[x as usize] as usize, st.age(x));
             st.hits[c][a] += 1.0;

@@ -148,7 +148,9 @@ impl Policy for Lirs {
     }
 
     fn on_hit(&self, x: u64) {
-        let mut st = self.st();
+        let Some(mut st) = self.state.as_ref().and_then(|m| m.try_lock()) else {
+            return; // contended: a lossy hit (see advanced.rs)
+        };
         match st.status[x as usize] {
             Status::Lir => {
                 let bottom = st.s.back() == Some(x);

@@ -65,6 +65,27 @@ impl Inner {
 }
 
 /// The eviction policy; create it, take a [`PriorityHandle`], then give it to the mapping.
+///
+/// ```
+/// use std::sync::Arc;
+/// use ucache::policy::Priority;
+/// use ucache::store::MemoryStore;
+/// use ucache::{Cache, CacheOptions, MapOptions};
+///
+/// let store = MemoryStore::new();
+/// store.insert("index", vec![0u8; 64 * 4096]);
+/// let cache = Cache::new(CacheOptions::new(8 * 4096).batch(2)).unwrap();
+/// let policy = Priority::new();
+/// let keep = policy.handle();
+/// let m = cache
+///     .map(Arc::new(store), "index", MapOptions::new().policy(Box::new(policy)))
+///     .unwrap();
+/// keep.protect(0..2, 10); // the root and its first child stay while anything else can go
+/// for i in 0..64 {
+///     drop(m.pin_shared(i).unwrap());
+/// }
+/// assert!(m.state(0).unwrap().phase() == ucache::state::Phase::Cached);
+/// ```
 #[derive(Default)]
 pub struct Priority {
     inner: Arc<Mutex<Inner>>,
@@ -158,7 +179,9 @@ impl Policy for Priority {
     }
 
     fn on_hit(&self, x: u64) {
-        let mut g = self.inner.lock();
+        let Some(mut g) = self.inner.try_lock() else {
+            return; // contended: a lossy hit (see advanced.rs)
+        };
         if g.normal.contains(x) {
             g.normal.move_to_front(x);
         } else if g.protected.contains(x) {

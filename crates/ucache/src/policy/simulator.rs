@@ -391,6 +391,50 @@ mod tests {
         assert_eq!(s.evictions, 0);
     }
 
+    /// Logs `on_miss`, which must come before the evictions and insert of its miss.
+    struct MissOrder {
+        clock: Clock,
+        log: std::sync::Mutex<Vec<(char, u64)>>,
+    }
+    impl Policy for MissOrder {
+        fn name(&self) -> &str {
+            "miss-order"
+        }
+        fn attach(&mut self, layout: Layout) {
+            self.clock.attach(layout);
+        }
+        fn choose_eviction_buffers(&self, b: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
+            self.clock.choose_eviction_buffers(b, want, out);
+        }
+        fn on_miss(&self, index: u64) {
+            self.log.lock().unwrap().push(('m', index));
+        }
+        fn on_insert(&self, index: u64) {
+            self.log.lock().unwrap().push(('i', index));
+            self.clock.on_insert(index);
+        }
+        fn on_evict(&self, index: u64) {
+            self.log.lock().unwrap().push(('e', index));
+            self.clock.on_evict(index);
+        }
+    }
+
+    #[test]
+    fn on_miss_precedes_eviction_and_insert() {
+        let p = MissOrder {
+            clock: Clock::new(),
+            log: Default::default(),
+        };
+        let mut sim = Simulator::new(Box::new(p), 8, 1);
+        sim.access(0);
+        sim.access(0);
+        sim.access(1);
+        let p = sim.policy().policy() as *const dyn Policy as *const MissOrder;
+        // SAFETY: built from a `MissOrder` above.
+        let log = unsafe { &*p }.log.lock().unwrap().clone();
+        assert_eq!(log, vec![('m', 0), ('i', 0), ('m', 1), ('e', 0), ('i', 1)]);
+    }
+
     #[test]
     fn batch_eviction_frees_several() {
         let mut sim = Simulator::new(Box::new(Clock::new()), 100, 10).with_batch(4);

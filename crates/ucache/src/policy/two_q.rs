@@ -90,7 +90,9 @@ impl Policy for TwoQ {
     }
 
     fn on_hit(&self, index: u64) {
-        let mut q = self.q();
+        let Some(mut q) = self.q.as_ref().and_then(|m| m.try_lock()) else {
+            return; // contended: a lossy hit (see advanced.rs)
+        };
         // A hit in A1in does nothing: correlated references do not prove a buffer hot.
         if q.am.contains(index) {
             q.am.move_to_front(index);

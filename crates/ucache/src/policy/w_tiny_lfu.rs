@@ -165,7 +165,9 @@ impl Policy for WTinyLfu {
     }
 
     fn on_hit(&self, x: u64) {
-        let mut st = self.st();
+        let Some(mut st) = self.state.as_ref().and_then(|m| m.try_lock()) else {
+            return; // contended: a lossy hit (see advanced.rs)
+        };
         st.sketch.increment(x);
         if st.window.contains(x) {
             st.window.move_to_front(x);
