@@ -948,6 +948,8 @@ impl MappingCore {
             let dst = &mut buf[(from - offset) as usize..(to - offset) as usize];
             let within = (from - first) as usize;
             if self.bypass(i) {
+                // Still a demand miss, as the policy's history should know.
+                self.policy.on_miss(i);
                 self.read_around(i, within, dst)?;
                 bypassed += 1;
             } else {

@@ -184,10 +184,11 @@ impl Policy for Lirs {
     fn on_insert(&self, x: u64) {
         let mut st = self.st();
         if st.status[x as usize] == Status::HirGhost {
-            // Inserted without a demand miss (a prefetch): leave the ghost queue as on_miss
-            // would have, so the buffer is not listed twice.
+            // Inserted without a demand miss (a prefetch): no re-reference, so the ghost's
+            // history is dropped (as 2Q and ARC do) and the buffer enters as a new one.
             st.ghosts.remove(x);
-            st.status[x as usize] = Status::Pending;
+            st.s.remove(x);
+            st.status[x as usize] = Status::Untracked;
         }
         // A ghost that missed while still in S has the smallest IRR of all; during warm-up
         // every new buffer is LIR until the LIR set is full.

@@ -9,7 +9,11 @@
 //! mappings give it up.
 //!
 //! Hooks run on the IO path of many threads at once, so implementations use interior
-//! mutability with fine-grained synchronization (atomics, per-slot CAS), never one big lock.
+//! mutability. CLOCK, SIEVE, LFU and MGLRU keep their hit path lock-free (a bit or a counter);
+//! the list policies (LRU, 2Q, ARC, LIRS, ...) keep one mutex per mapping around O(1) list
+//! work, and the advanced ones skip a hit's update rather than wait for it under contention.
+//! Hooks may run inside the SIGBUS handler of a transparent mapping's faulting thread, so a
+//! hook must never touch the mapping's memory.
 
 use crate::state::{BufferState, Word};
 
@@ -171,7 +175,8 @@ pub trait Policy: Send + Sync + 'static {
     /// counts a bypassed miss. Pins, `ensure_cached` and transparent faults always admit: their
     /// caller needs the bytes in the mapping's memory, so there is nothing to bypass to. Called
     /// on the reading thread, so a policy may decide by [`Hint::current`] (e.g. refuse
-    /// [`Hint::BACKGROUND`] reads, as cache_ext's compaction filter does).
+    /// [`Hint::BACKGROUND`] reads, as cache_ext's compaction filter does). Asked before
+    /// [`Policy::on_miss`], which follows for refused demand reads too.
     fn admit(&self, index: u64) -> bool {
         let _ = index;
         true

@@ -136,8 +136,11 @@ impl Simulator {
             return true;
         }
         self.stats.misses += 1;
+        // The live order: admission is asked first, then every demand miss, admitted or not,
+        // reaches on_miss.
+        let admitted = self.policy.admit(id);
         self.policy.on_miss(id);
-        if !self.policy.admit(id) {
+        if !admitted {
             self.stats.bypassed += 1;
             return false;
         }
