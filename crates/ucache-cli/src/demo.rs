@@ -81,6 +81,8 @@ pub fn run(args: &DemoArgs) -> Result<Outcome, String> {
         ],
         no_cgroup: args.no_cgroup,
         record: None,
+        policies: Vec::new(),
+        tenant_weights: vec![1, 1],
         sweep_buffer_size: Vec::new(),
         sweep_memory: Vec::new(),
         sweep_prefetch_depth: Vec::new(),

@@ -315,6 +315,7 @@ impl CacheCore {
             .map(|m| MappingUsage {
                 resident: m.resident(),
                 buffer_size: m.buffer_size(),
+                weight: m.weight(),
             })
             .collect();
         let mut order = Vec::with_capacity(list.len());

@@ -58,6 +58,7 @@ pub struct MapOptions {
     fault_hook: Option<FaultHook>,
     track_access: bool,
     readahead: bool,
+    weight: u32,
 }
 
 impl Default for MapOptions {
@@ -74,6 +75,7 @@ impl Default for MapOptions {
             fault_hook: None,
             track_access: true,
             readahead: true,
+            weight: 1,
         }
     }
 }
@@ -157,6 +159,16 @@ impl MapOptions {
         self
     }
 
+    /// This mapping's claim on the shared budget relative to the cache's other mappings
+    /// (default 1, at least 1). The default global policy evicts first from the mapping most
+    /// over its weighted share, so a tenant that streams through new buffers (a scan) cannot
+    /// push out one whose working set is reused: with weights 3 and 1 the first keeps three
+    /// quarters of the memory the two hold, however fast the second loads.
+    pub fn weight(mut self, weight: u32) -> Self {
+        self.weight = weight.max(1);
+        self
+    }
+
     pub(crate) fn buffer_size_or_default(&self) -> usize {
         self.buffer_size
     }
@@ -177,6 +189,8 @@ pub(crate) struct MappingCore {
     prefetching: bool,
     writable: bool,
     resident: AtomicU64,
+    /// [`MapOptions::weight`], for the global policy.
+    weight: u32,
     unmapped: AtomicBool,
     fault_hook: Option<FaultHook>,
     fault_handling: FaultHandling,
@@ -311,6 +325,7 @@ impl MappingCore {
             states,
             writable: o.writable,
             resident: AtomicU64::new(0),
+            weight: o.weight,
             unmapped: AtomicBool::new(false),
             fault_hook: o.fault_hook,
             fault_handling: o.fault_handling,
@@ -351,6 +366,9 @@ impl MappingCore {
     }
     pub(crate) fn buffer_size(&self) -> usize {
         self.bs
+    }
+    pub(crate) fn weight(&self) -> u32 {
+        self.weight
     }
     pub(crate) fn resident(&self) -> u64 {
         self.resident.load(Ordering::Relaxed)

@@ -13,6 +13,7 @@ pub mod datafile;
 pub mod latency;
 pub mod plot;
 pub mod report;
+pub mod role;
 pub mod s3data;
 pub mod sweep;
 pub mod system;
@@ -30,7 +31,7 @@ use serde_json::json;
 
 use self::cgroup::MemCgroup;
 use self::report::{Report, RunResult};
-use self::system::{StoreKind, SystemKind};
+use self::system::{StoreKind, SystemKind, SystemRow};
 use self::workload::Workload;
 use crate::size::{format_size, parse_size};
 
@@ -38,7 +39,10 @@ use crate::size::{format_size, parse_size};
 pub struct BenchArgs {
     /// lookup: random 8-byte reads, one random buffer per op; seq: a shared cursor sweeps the
     /// buffers, reading every 4 KiB page of each (the paper's Figure 6); zipf: lookups with
-    /// Zipf(0.99) skew.
+    /// Zipf(0.99) skew. cache_ext's workloads (ucache-explicit; getscan and search also mmap
+    /// and pread): ycsb-a|b|c (Zipf, 50%/5%/0% updates), getscan (half the threads Zipf GETs,
+    /// half scans with Hint::SCAN), search (all threads sweep the file again and again),
+    /// tenants (two mappings sharing the budget: A Zipf lookups, B scans).
     #[arg(value_enum)]
     pub workload: Workload,
     /// Size of the data file (suffixes K, M, G, KiB, MiB, GiB are all powers of 1024).
@@ -108,6 +112,15 @@ pub struct BenchArgs {
     /// throughput against the requests in flight (miss throughput over S3).
     #[arg(long, value_delimiter = ',')]
     pub sweep_prefetch_depth: Vec<usize>,
+    /// ucache systems: run each once per eviction policy, as its own row
+    /// (`ucache-explicit:lru`), comma-separated names of `ucache sim --policies`; for tenants
+    /// `A+B` gives tenant A and B their own (`lfu+mru`) [default: CLOCK, one row].
+    #[arg(long, value_delimiter = ',', value_parser = system::parse_policy_spec)]
+    pub policies: Vec<String>,
+    /// tenants: the weights (MapOptions::weight) of tenant A and tenant B: the default global
+    /// policy evicts first from the tenant most over its weighted share of the memory.
+    #[arg(long, value_delimiter = ',', default_value = "1,1")]
+    pub tenant_weights: Vec<u32>,
     /// Record the buffer index of every op of the first run (rep 1, first system), warm-up
     /// included, as a trace for `ucache sim --format record`. That run is slowed by the
     /// recording; threads' streams are interleaved round-robin.
@@ -149,10 +162,21 @@ impl BenchArgs {
             return Err("--seconds must be > 0 and --warmup >= 0".into());
         }
         if self.systems().is_empty() {
-            return Err("--systems is empty".into());
+            return Err(format!(
+                "--systems: none of them runs the {} workload (ycsb-* and tenants need ucache-explicit; getscan and search also run on mmap and pread)",
+                self.workload.name()
+            ));
         }
         if self.prefetch_depth == 0 {
             return Err("--prefetch-depth must be at least 1".into());
+        }
+        if self.tenant_weights.len() != 2 || self.tenant_weights.contains(&0) {
+            return Err("--tenant-weights takes two weights of at least 1, like 3,1".into());
+        }
+        if self.workload != workload::Workload::Tenants
+            && self.policies.iter().any(|p| p.contains('+'))
+        {
+            return Err("--policies A+B (a policy per tenant) is for the tenants workload".into());
         }
         if self.store.s3_url().is_none() && self.systems.contains(&SystemKind::RawGet) {
             return Err("raw-get needs --store s3://bucket/key".into());
@@ -185,12 +209,13 @@ impl BenchArgs {
     }
 
     /// Systems in the order given, each once. Over S3, the systems that read the local file
-    /// are left out and raw-get, the baseline at the same concurrency, is always run.
+    /// are left out and raw-get, the baseline at the same concurrency, is always run. Systems
+    /// that cannot run the workload are left out, so the default list works for every one.
     fn systems(&self) -> Vec<SystemKind> {
         let s3 = self.store.s3_url().is_some();
         let mut out = Vec::new();
         for &s in &self.systems {
-            let skip = s3 && s.needs_local_file();
+            let skip = (s3 && s.needs_local_file()) || !s.supports(self.workload);
             if !skip && !out.contains(&s) {
                 out.push(s);
             }
@@ -226,7 +251,8 @@ pub fn run_or_sweep(args: &BenchArgs) -> Result<Outcome, String> {
 /// Runs the benchmark: prints the preamble and the table on stdout, writes JSON and plot.
 pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
     args.validate()?;
-    let systems = args.systems();
+    let kinds = args.systems();
+    let systems = SystemRow::expand(&kinds, &args.policies);
     let path = args.data_path();
 
     // The data: an object in S3, or a local file and the host cache under it.
@@ -270,7 +296,7 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
     };
 
     // The memory cgroup for the page-cache baselines.
-    let wants_cgroup = systems.iter().any(|s| s.uses_page_cache());
+    let wants_cgroup = kinds.iter().any(|s| s.uses_page_cache());
     let (cg, cgroup_status) = if !wants_cgroup {
         (
             None,
@@ -335,6 +361,8 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
         "seconds": args.seconds,
         "warmup": args.warmup,
         "reps": args.reps,
+        "policies": args.policies,
+        "tenant_weights": args.tenant_weights,
         "store": args.store.name(),
         "endpoint": args.endpoint,
         "prefetch_depth": args.prefetch_depth,
@@ -387,12 +415,13 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
     let mut errors = Vec::new();
     let mut n = 0;
     for rep in 0..args.reps {
-        for &sys in &systems {
+        for row in &systems {
+            let sys = row.kind;
             pb.set_message(format!(
                 "rep {}/{} {} ({}/{total})",
                 rep + 1,
                 args.reps,
-                sys.name(),
+                row.name(),
                 n + 1
             ));
             let in_cgroup = cg.as_ref().filter(|_| sys.uses_page_cache());
@@ -406,7 +435,7 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
             let record = args.record.as_deref().filter(|_| n == 0);
             let res = run_worker(
                 args,
-                sys,
+                row,
                 &path,
                 in_cgroup.map(|c| c.dir()),
                 record,
@@ -425,7 +454,7 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
                         pb.suspend(|| {
                             eprintln!(
                                 "!!! CORRECTNESS FAILURE: {} read {} words that did not hold their offset; first: {}",
-                                sys.name(),
+                                row.name(),
                                 r.mismatches,
                                 r.first_mismatch.as_deref().unwrap_or("?")
                             )
@@ -434,7 +463,7 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
                     runs.push(r);
                 }
                 Err(e) => {
-                    let msg = format!("rep {} {}: {e}", rep + 1, sys.name());
+                    let msg = format!("rep {} {}: {e}", rep + 1, row.name());
                     pb.suspend(|| eprintln!("run failed: {msg}"));
                     errors.push(msg);
                 }
@@ -455,11 +484,16 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
     for r in report
         .results
         .iter()
-        .filter(|r| r.system != SystemKind::RawGet)
+        .filter(|r| r.system.kind != SystemKind::RawGet)
     {
         if let Some(x) = r.vs_raw_get {
             println!("{} vs raw-get: {x:.2}x", r.system.name());
         }
+    }
+    let roles = report::role_table(&report.results);
+    if !roles.is_empty() {
+        println!("\nper thread class (median over reps):");
+        print!("{roles}");
     }
     let stats = report::cache_stats(&report.results);
     if !stats.is_empty() {
@@ -520,7 +554,7 @@ fn run_line(rep: usize, r: &RunResult) -> String {
 /// Re-executes this binary as `bench-worker` for one run and parses its JSON line.
 fn run_worker(
     args: &BenchArgs,
-    sys: SystemKind,
+    row: &SystemRow,
     path: &Path,
     cgroup: Option<&Path>,
     record: Option<&Path>,
@@ -529,7 +563,7 @@ fn run_worker(
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let mut cmd = Command::new(exe);
     cmd.arg("bench-worker")
-        .args(["--system", sys.name()])
+        .args(["--system", row.kind.name()])
         .args(["--workload", args.workload.name()])
         .arg("--file")
         .arg(path)
@@ -544,6 +578,11 @@ fn run_worker(
     if let Some(e) = &args.endpoint {
         cmd.args(["--endpoint", e]);
     }
+    if let Some(p) = &row.policy {
+        cmd.args(["--policy", p]);
+    }
+    let weights: Vec<String> = args.tenant_weights.iter().map(u32::to_string).collect();
+    cmd.args(["--tenant-weights", &weights.join(",")]);
     if let Some(cg) = cgroup {
         cmd.arg("--cgroup").arg(cg);
     }

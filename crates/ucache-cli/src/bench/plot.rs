@@ -146,9 +146,12 @@ mod tests {
         });
         let mmap: RunResult = serde_json::from_value(json).unwrap();
         let mut psync = mmap.clone();
-        psync.system = SystemKind::RawPsync;
+        psync.system = crate::bench::system::SystemRow::plain(SystemKind::RawPsync);
         psync.ops_per_sec = 23000.0;
-        let results = summarize(&[SystemKind::Mmap, SystemKind::RawPsync], &[mmap, psync]);
+        let results = summarize(
+            &crate::bench::report::tests::rows(&[SystemKind::Mmap, SystemKind::RawPsync]),
+            &[mmap, psync],
+        );
         let path =
             std::env::temp_dir().join(format!("ucache-plot-test-{}.svg", std::process::id()));
         write_svg(&path, &results).unwrap();

@@ -11,13 +11,25 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::latency::LatencySummary;
-use super::system::SystemKind;
+use super::system::{SystemKind, SystemRow};
 use super::workload::Workload;
+
+/// One class of threads of a mixed workload (`getscan`'s GETs and scans, `tenants`' A and B):
+/// its own throughput and latency, which the totals would hide.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoleStats {
+    pub threads: usize,
+    pub ops_per_sec: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
 
 /// One run of one system, as the worker measured it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct RunResult {
-    pub system: SystemKind,
+    /// JSON: `system` ("ucache-explicit:lru") and `policy` ("lru").
+    #[serde(flatten)]
+    pub system: SystemRow,
     pub workload: Workload,
     pub threads: usize,
     pub buffer_size: usize,
@@ -53,6 +65,9 @@ pub struct RunResult {
     /// Growth of the system's own counters over the interval (ucache: hits, misses, evictions).
     #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
     pub counters: BTreeMap<String, u64>,
+    /// Per class of threads, for workloads with more than one (keyed by role name).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub roles: BTreeMap<String, RoleStats>,
     /// The memory cgroup the worker ran in, from /proc/self/cgroup.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub cgroup: Option<String>,
@@ -67,7 +82,8 @@ pub struct RunResult {
 /// One system over all reps: medians, with the reps themselves kept.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SystemResult {
-    pub system: SystemKind,
+    #[serde(flatten)]
+    pub system: SystemRow,
     pub workload: Workload,
     pub threads: usize,
     pub buffer_size: usize,
@@ -93,6 +109,10 @@ pub struct SystemResult {
     /// Counters of the median rep (ucache's cache stats).
     #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
     pub counters: BTreeMap<String, u64>,
+    /// Per class of threads (`getscan`: `get`, `scan`; `tenants`: `tenant-a`, `tenant-b`),
+    /// each figure the median over reps.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty", default)]
+    pub roles: BTreeMap<String, RoleStats>,
     pub reps: Vec<RunResult>,
 }
 
@@ -119,11 +139,11 @@ pub fn median(values: impl IntoIterator<Item = f64>) -> f64 {
 }
 
 /// Summarises each system's reps, in the order systems were given.
-pub fn summarize(order: &[SystemKind], runs: &[RunResult]) -> Vec<SystemResult> {
+pub fn summarize(order: &[SystemRow], runs: &[RunResult]) -> Vec<SystemResult> {
     let mut out: Vec<SystemResult> = order
         .iter()
-        .filter_map(|&sys| {
-            let reps: Vec<RunResult> = runs.iter().filter(|r| r.system == sys).cloned().collect();
+        .filter_map(|sys| {
+            let reps: Vec<RunResult> = runs.iter().filter(|r| r.system == *sys).cloned().collect();
             let first = reps.first()?;
             let ops = median(reps.iter().map(|r| r.ops_per_sec));
             let median_rep = reps.iter().min_by(|a, b| {
@@ -131,8 +151,24 @@ pub fn summarize(order: &[SystemKind], runs: &[RunResult]) -> Vec<SystemResult> 
                     .abs()
                     .total_cmp(&(b.ops_per_sec - ops).abs())
             })?;
+            let roles = first
+                .roles
+                .iter()
+                .map(|(name, st)| {
+                    let of = |f: fn(&RoleStats) -> f64| {
+                        median(reps.iter().filter_map(|r| r.roles.get(name)).map(f))
+                    };
+                    let stats = RoleStats {
+                        threads: st.threads,
+                        ops_per_sec: of(|x| x.ops_per_sec),
+                        p50_us: of(|x| x.p50_us),
+                        p99_us: of(|x| x.p99_us),
+                    };
+                    (name.clone(), stats)
+                })
+                .collect();
             Some(SystemResult {
-                system: sys,
+                system: sys.clone(),
                 workload: first.workload,
                 threads: first.threads,
                 buffer_size: first.buffer_size,
@@ -151,13 +187,14 @@ pub fn summarize(order: &[SystemKind], runs: &[RunResult]) -> Vec<SystemResult> 
                 vs_mmap: None,
                 vs_raw_get: None,
                 counters: median_rep.counters.clone(),
+                roles,
                 reps,
             })
         })
         .collect();
     let base = |k: SystemKind, out: &[SystemResult]| {
         out.iter()
-            .find(|r| r.system == k)
+            .find(|r| r.system.kind == k && r.system.policy.is_none())
             .map(|r| r.ops_per_sec)
             .filter(|&x| x > 0.0)
     };
@@ -244,6 +281,26 @@ pub fn table(results: &[SystemResult]) -> String {
     out
 }
 
+/// Each thread class's own figures, for mixed workloads: one line per system and class.
+pub fn role_table(results: &[SystemResult]) -> String {
+    let mut out = String::new();
+    for r in results {
+        for (name, st) in &r.roles {
+            let _ = writeln!(
+                out,
+                "{:<28} {:<9} {:>12} ops/s  p50 {:>8.1} µs  p99 {:>8.1} µs  ({} threads)",
+                r.system.name(),
+                name,
+                thousands(st.ops_per_sec),
+                st.p50_us,
+                st.p99_us,
+                st.threads
+            );
+        }
+    }
+    out
+}
+
 /// ucache's own counters, the part of the story the table cannot tell: how often it hit.
 pub fn cache_stats(results: &[SystemResult]) -> String {
     let mut out = String::new();
@@ -289,7 +346,7 @@ pub(crate) mod tests {
 
     pub(crate) fn run(sys: SystemKind, ops_per_sec: f64) -> RunResult {
         RunResult {
-            system: sys,
+            system: SystemRow::plain(sys),
             workload: Workload::Lookup,
             threads: 2,
             buffer_size: 4096,
@@ -314,10 +371,51 @@ pub(crate) mod tests {
             mismatches: 0,
             first_mismatch: None,
             counters: [("hits".to_string(), 5u64)].into_iter().collect(),
+            roles: BTreeMap::new(),
             cgroup: None,
             cgroup_peak_bytes: None,
             cgroup_limit_hits: None,
         }
+    }
+
+    pub(crate) fn rows(kinds: &[SystemKind]) -> Vec<SystemRow> {
+        kinds.iter().map(|&k| SystemRow::plain(k)).collect()
+    }
+
+    #[test]
+    fn policy_rows_and_roles_are_summarized_apart() {
+        let mut a = run(SystemKind::UcacheExplicit, 10.0);
+        a.system = SystemRow::new(SystemKind::UcacheExplicit, Some("clock".into()));
+        let mut b = a.clone();
+        b.system = SystemRow::new(SystemKind::UcacheExplicit, Some("get-scan".into()));
+        b.ops_per_sec = 20.0;
+        for (r, get) in [(&mut a, 100.0), (&mut b, 300.0)] {
+            r.roles.insert(
+                "get".into(),
+                RoleStats {
+                    threads: 1,
+                    ops_per_sec: get,
+                    p50_us: 1.0,
+                    p99_us: 9.0,
+                },
+            );
+        }
+        let mut b2 = b.clone();
+        b2.roles.get_mut("get").unwrap().ops_per_sec = 500.0;
+        let order = [a.system.clone(), b.system.clone()];
+        let res = summarize(&order, &[a, b, b2]);
+        assert_eq!(res.len(), 2);
+        assert_eq!(res[0].roles["get"].ops_per_sec, 100.0);
+        assert_eq!(res[1].roles["get"].ops_per_sec, 400.0);
+        assert_eq!(res[1].reps.len(), 2);
+        let v = serde_json::to_value(&res[1]).unwrap();
+        assert_eq!(v["system"], "ucache-explicit:get-scan");
+        assert_eq!(v["policy"], "get-scan");
+        assert_eq!(v["roles"]["get"]["ops_per_sec"], 400.0);
+        assert_eq!(v["reps"][0]["system"], "ucache-explicit:get-scan");
+        let back: SystemResult = serde_json::from_value(v).unwrap();
+        assert_eq!(back.system, res[1].system);
+        assert!(role_table(&res).contains("ucache-explicit:clock"));
     }
 
     #[test]
@@ -335,7 +433,7 @@ pub(crate) mod tests {
             run(SystemKind::RawPsync, 30_000.0),
             run(SystemKind::Mmap, 12_000.0),
         ];
-        let results = summarize(&[SystemKind::Mmap, SystemKind::RawPsync], &runs);
+        let results = summarize(&rows(&[SystemKind::Mmap, SystemKind::RawPsync]), &runs);
         let report = Report {
             config: serde_json::json!({"threads": 2}),
             results,
@@ -381,7 +479,7 @@ pub(crate) mod tests {
             run(SystemKind::UcacheExplicit, 1_234_567.0),
         ];
         let t = table(&summarize(
-            &[SystemKind::UcacheExplicit, SystemKind::RawPsync],
+            &rows(&[SystemKind::UcacheExplicit, SystemKind::RawPsync]),
             &runs,
         ));
         let lines: Vec<&str> = t.lines().collect();
@@ -390,6 +488,6 @@ pub(crate) mod tests {
         assert!(lines[2].starts_with("ucache-explicit") && lines[2].contains("1,234,567"));
         assert!(lines[2].contains("52.63x") && lines[3].contains("1.00x"));
         assert!(lines[3].contains("23,457"));
-        assert!(cache_stats(&summarize(&[SystemKind::RawPsync], &runs)).contains("5 hits"));
+        assert!(cache_stats(&summarize(&rows(&[SystemKind::RawPsync]), &runs)).contains("5 hits"));
     }
 }

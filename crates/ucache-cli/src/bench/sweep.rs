@@ -248,7 +248,10 @@ mod tests {
                 })
                 .collect();
             results.extend(summarize(
-                &[SystemKind::Mmap, SystemKind::UcacheTransparent],
+                &crate::bench::report::tests::rows(&[
+                    SystemKind::Mmap,
+                    SystemKind::UcacheTransparent,
+                ]),
                 &runs,
             ));
         }

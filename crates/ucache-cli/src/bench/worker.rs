@@ -16,8 +16,9 @@ use rand::SeedableRng;
 use super::cgroup;
 use super::cpu::{self, MachineCpu};
 use super::latency::Histogram;
-use super::report::RunResult;
-use super::system::{self, Params, StoreKind, SystemKind};
+use super::report::{RoleStats, RunResult};
+use super::role::Role;
+use super::system::{self, Params, StoreKind, SystemKind, SystemRow};
 use super::workload::Workload;
 
 /// The hidden `bench-worker` subcommand's arguments; the parent fills them in.
@@ -53,6 +54,12 @@ pub struct WorkerArgs {
     /// Record every op's buffer index into this trace file (`ucache sim --format record`).
     #[arg(long)]
     pub record: Option<PathBuf>,
+    /// ucache systems: the mapping's policy spec (`lru`, or `lfu+mru` for the two tenants).
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// `tenants`: the weights of tenant A and tenant B.
+    #[arg(long, value_delimiter = ',', default_value = "1,1")]
+    pub tenant_weights: Vec<u32>,
 }
 
 /// Ops recorded at most, over all threads: 256 MiB of indices in memory.
@@ -79,6 +86,7 @@ pub struct Shared {
 /// One thread's view: its random stream, its counters, its histogram.
 pub struct ThreadCtx<'a> {
     index: usize,
+    role: Role,
     shared: &'a Shared,
     params: &'a Params,
     rng: SmallRng,
@@ -102,6 +110,7 @@ impl<'a> ThreadCtx<'a> {
                 .unwrap_or(0);
         ThreadCtx {
             index,
+            role: Role::of(params.workload, index, params.threads),
             shared,
             params,
             rng: SmallRng::seed_from_u64(seed),
@@ -126,6 +135,29 @@ impl<'a> ThreadCtx<'a> {
         self.params
     }
 
+    /// What this thread does in a mixed workload.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Whether the next op is an update (YCSB A and B).
+    #[inline]
+    pub fn next_is_update(&mut self) -> bool {
+        self.params.workload.next_is_update(&mut self.rng)
+    }
+
+    /// Runs an update on buffer `index`, held exclusively in `buf`: checks a word and
+    /// rewrites it with its value.
+    #[inline]
+    pub fn update(&mut self, buf: &mut [u8], index: u64) {
+        let base = index * self.params.buffer_size as u64;
+        let bad = Workload::update(&mut self.rng, buf, base);
+        if bad != 0 {
+            self.mismatch(index, buf);
+            self.mismatches += bad;
+        }
+    }
+
     #[inline]
     pub fn running(&self) -> bool {
         self.shared.phase.load(Ordering::Relaxed) != STOP
@@ -134,6 +166,7 @@ impl<'a> ThreadCtx<'a> {
     #[inline]
     pub fn next_index(&mut self) -> u64 {
         let i = self.params.workload.next_index(
+            self.role,
             &mut self.rng,
             &self.shared.cursor,
             self.params.buffers(),
@@ -175,7 +208,10 @@ impl<'a> ThreadCtx<'a> {
     #[inline]
     pub fn touch(&mut self, buf: &[u8], index: u64) {
         let base = index * self.params.buffer_size as u64;
-        let bad = self.params.workload.touch(&mut self.rng, buf, base);
+        let bad = self
+            .params
+            .workload
+            .touch(self.role, &mut self.rng, buf, base);
         if bad != 0 {
             self.mismatch(index, buf);
             self.mismatches += bad;
@@ -217,6 +253,7 @@ impl<'a> ThreadCtx<'a> {
 struct Snapshot {
     at: Instant,
     ops: u64,
+    per_thread: Vec<u64>,
     own: Duration,
     machine: MachineCpu,
     counters: Vec<(&'static str, u64)>,
@@ -225,14 +262,15 @@ struct Snapshot {
 impl Shared {
     fn snapshot(&self, sys: &dyn system::System) -> Snapshot {
         let counters = sys.counters();
-        let ops = self
+        let per_thread: Vec<u64> = self
             .counters
             .iter()
             .map(|c| c.0.load(Ordering::Relaxed))
-            .sum();
+            .collect();
         Snapshot {
             at: Instant::now(),
-            ops,
+            ops: per_thread.iter().sum(),
+            per_thread,
             own: cpu::self_cpu(),
             machine: MachineCpu::read(),
             counters,
@@ -286,6 +324,46 @@ fn write_record(path: &std::path::Path, streams: &[Vec<u64>]) -> std::io::Result
     w.finish().map(drop)
 }
 
+/// Each role's throughput and latency, when the workload gives threads more than one role.
+fn role_stats<T, R>(
+    params: &Params,
+    before: &Snapshot,
+    after: &Snapshot,
+    outcomes: &[(T, Histogram, u64, R)],
+) -> BTreeMap<String, RoleStats> {
+    let wall = after.at - before.at;
+    let roles: Vec<Role> = (0..params.threads)
+        .map(|t| Role::of(params.workload, t, params.threads))
+        .collect();
+    let mut out = BTreeMap::new();
+    if roles.iter().all(|&r| r == Role::All) {
+        return out;
+    }
+    for &role in &roles {
+        if out.contains_key(role.name()) {
+            continue;
+        }
+        let all = &roles;
+        let mine = move || (0..all.len()).filter(move |&t| all[t] == role);
+        let ops: u64 = mine()
+            .map(|t| after.per_thread[t].saturating_sub(before.per_thread[t]))
+            .sum();
+        let mut hist = Histogram::new();
+        mine().for_each(|t| hist.merge(&outcomes[t].1));
+        let lat = hist.summary();
+        out.insert(
+            role.name().to_string(),
+            RoleStats {
+                threads: mine().count(),
+                ops_per_sec: ops as f64 / wall.as_secs_f64(),
+                p50_us: lat.p50_us,
+                p99_us: lat.p99_us,
+            },
+        );
+    }
+    out
+}
+
 /// Runs the worker; the returned error goes to stderr and makes the exit status non-zero.
 pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
     if let Some(dir) = &args.cgroup {
@@ -302,6 +380,11 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
         store: args.store.clone(),
         endpoint: args.endpoint.clone(),
         prefetch_depth: args.prefetch_depth.max(1),
+        policy: args.policy.clone(),
+        tenant_weights: [
+            args.tenant_weights.first().copied().unwrap_or(1),
+            args.tenant_weights.get(1).copied().unwrap_or(1),
+        ],
     };
     let sys = system::open(args.system, &params)?;
     let shared = Shared {
@@ -348,12 +431,13 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
 
     let mut hist = Histogram::new();
     let mut mismatches = 0;
-    for (r, h, m, _) in &outcomes {
+    for (r, h, m, _) in outcomes.iter() {
         r.as_ref()
             .map_err(|e| format!("{}: {e}", args.system.name()))?;
         hist.merge(h);
         mismatches += m;
     }
+    let roles = role_stats(&params, &before, &after, &outcomes);
     if let Some(path) = &args.record {
         let streams: Vec<Vec<u64>> = outcomes.into_iter().filter_map(|o| o.3).collect();
         write_record(path, &streams).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -361,6 +445,7 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
 
     let wall = after.at - before.at;
     let ops = after.ops - before.ops;
+
     let own = after.own.saturating_sub(before.own);
     let (others_cpu_pct, steal_pct) = cpu::others_cpu_pct(before.machine, after.machine, own, wall);
     let secs = wall.as_secs_f64();
@@ -375,7 +460,7 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
         .collect();
     let first_mismatch = shared.first_mismatch.lock().unwrap().clone();
     Ok(RunResult {
-        system: args.system,
+        system: SystemRow::new(args.system, args.policy.clone()),
         workload: args.workload,
         threads: params.threads,
         buffer_size: params.buffer_size,
@@ -403,6 +488,7 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
         mismatches,
         first_mismatch,
         counters,
+        roles,
         cgroup: in_cgroup,
         cgroup_peak_bytes: None,
         cgroup_limit_hits: None,

@@ -34,6 +34,11 @@ impl Zipf {
         }
     }
 
+    /// The number of ranks.
+    pub fn ranks(&self) -> u64 {
+        self.n
+    }
+
     /// The next rank.
     #[inline]
     pub fn sample(&self, rng: &mut impl Rng) -> u64 {

@@ -1,7 +1,10 @@
-//! The default cache-wide policy: take victims from mappings in proportion to the memory they
-//! hold, so one global budget behaves like one global replacement order without a global list.
-
-use std::cell::Cell;
+//! The default cache-wide policy: take victims first from the mapping that holds the most
+//! memory for its weight, so mappings converge to shares of the budget proportional to their
+//! weights (equal shares by default) without a global replacement list.
+//!
+//! Evicting in proportion to what each mapping holds (the earlier rule) lets a tenant that
+//! loads fast, such as a scan, grow its share with every load and push out a tenant whose
+//! working set is reused; ordering by weighted share bounds what the scan can take.
 
 use super::GlobalPolicy;
 
@@ -12,53 +15,32 @@ pub struct MappingUsage {
     pub resident: u64,
     /// Bytes per buffer.
     pub buffer_size: usize,
+    /// The mapping's [`MapOptions::weight`](crate::MapOptions::weight), at least 1.
+    pub weight: u32,
 }
 
-/// Samples a resident byte uniformly and starts with the mapping that holds it.
+impl MappingUsage {
+    fn bytes(&self) -> u64 {
+        self.resident * self.buffer_size as u64
+    }
+}
+
+/// Offers mappings most-over-their-weighted-share first; mappings holding nothing last.
 #[derive(Default)]
 pub struct ProportionalGlobal;
 
-thread_local! {
-    static SEED: Cell<u64> = Cell::new(0x2545_F491_4F6C_DD1D ^ thread_id_bits());
-}
-
-fn thread_id_bits() -> u64 {
-    let x = 0u8;
-    &x as *const u8 as u64
-}
-
-/// xorshift64*: a cheap per-thread random number, good enough to spread choices.
-fn next_random() -> u64 {
-    SEED.with(|s| {
-        let mut x = s.get();
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        s.set(x);
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    })
-}
-
 impl GlobalPolicy for ProportionalGlobal {
     fn choose_eviction_mappings(&self, usage: &[MappingUsage], out: &mut Vec<usize>) {
-        let total: u64 = usage
-            .iter()
-            .map(|u| u.resident * u.buffer_size as u64)
-            .sum();
-        if usage.is_empty() || total == 0 {
-            return;
-        }
-        let mut pick = next_random() % total;
-        let mut first = 0;
-        for (i, u) in usage.iter().enumerate() {
-            let bytes = u.resident * u.buffer_size as u64;
-            if pick < bytes {
-                first = i;
-                break;
-            }
-            pick -= bytes;
-        }
-        out.extend((0..usage.len()).map(|k| (first + k) % usage.len()));
+        let start = out.len();
+        out.extend(0..usage.len());
+        // bytes_a / w_a > bytes_b / w_b, compared without division; a stable sort keeps
+        // registration order among equals.
+        out[start..].sort_by(|&a, &b| {
+            let (ua, ub) = (&usage[a], &usage[b]);
+            let lhs = u128::from(ua.bytes()) * u128::from(ub.weight.max(1));
+            let rhs = u128::from(ub.bytes()) * u128::from(ua.weight.max(1));
+            rhs.cmp(&lhs)
+        });
     }
 }
 
@@ -66,34 +48,52 @@ impl GlobalPolicy for ProportionalGlobal {
 mod tests {
     use super::*;
 
-    #[test]
-    fn choices_follow_resident_share() {
-        let usage = [
-            MappingUsage {
-                resident: 900,
-                buffer_size: 4096,
-            },
-            MappingUsage {
-                resident: 100,
-                buffer_size: 4096,
-            },
-            MappingUsage {
-                resident: 0,
-                buffer_size: 4096,
-            },
-        ];
-        let mut first = [0u32; 3];
-        let mut out = Vec::new();
-        for _ in 0..10_000 {
-            out.clear();
-            ProportionalGlobal.choose_eviction_mappings(&usage, &mut out);
-            assert_eq!(out.len(), 3, "every mapping is offered");
-            first[out[0]] += 1;
+    fn usage(resident: u64, weight: u32) -> MappingUsage {
+        MappingUsage {
+            resident,
+            buffer_size: 4096,
+            weight,
         }
+    }
+
+    fn order(u: &[MappingUsage]) -> Vec<usize> {
+        let mut out = Vec::new();
+        ProportionalGlobal.choose_eviction_mappings(u, &mut out);
+        out
+    }
+
+    #[test]
+    fn equal_weights_evict_the_largest_first() {
         assert_eq!(
-            first[2], 0,
-            "a mapping with nothing resident is never first"
+            order(&[usage(100, 1), usage(900, 1), usage(0, 1)]),
+            [1, 0, 2]
         );
-        assert!((8500..9500).contains(&first[0]), "{first:?}");
+        assert_eq!(order(&[usage(0, 1), usage(5, 1)]), [1, 0], "empty last");
+        assert!(order(&[]).is_empty());
+    }
+
+    #[test]
+    fn weights_scale_the_share_a_mapping_may_hold() {
+        // 600 of weight 3 is 200 per unit of weight, 300 of weight 1 is 300: the lighter
+        // tenant is further over its share although it holds less.
+        assert_eq!(order(&[usage(600, 3), usage(300, 1)]), [1, 0]);
+        // At exactly its share (3:1) neither is preferred: registration order.
+        assert_eq!(order(&[usage(750, 3), usage(250, 1)]), [0, 1]);
+        assert_eq!(order(&[usage(760, 3), usage(240, 1)]), [0, 1]);
+        assert_eq!(order(&[usage(740, 3), usage(260, 1)]), [1, 0]);
+        // Buffer sizes count: bytes, not buffers.
+        let big = MappingUsage {
+            resident: 10,
+            buffer_size: 1 << 20,
+            weight: 1,
+        };
+        assert_eq!(order(&[usage(1000, 1), big]), [1, 0]);
+    }
+
+    #[test]
+    fn appends_after_what_out_already_holds() {
+        let mut out = vec![7];
+        ProportionalGlobal.choose_eviction_mappings(&[usage(1, 1), usage(2, 1)], &mut out);
+        assert_eq!(out, [7, 1, 0]);
     }
 }

@@ -18,7 +18,10 @@ mod pread;
 mod raw_get;
 mod raw_psync;
 mod raw_uring;
+mod row;
 mod ucache;
+
+pub use row::{parse_policy_spec, split_policy_spec, SystemRow};
 
 /// Reads raw-uring keeps in flight per thread.
 pub const URING_QUEUE_DEPTH: usize = 32;
@@ -123,6 +126,23 @@ impl SystemKind {
         )
     }
 
+    /// Whether this system can run `workload`. The live workloads need what only some
+    /// systems have: updates need exclusive pins on a writable mapping, `tenants` two
+    /// mappings in one cache; `getscan` and `search` only read, so the kernel's page cache
+    /// (its default policy) runs them as a baseline.
+    pub fn supports(self, workload: Workload) -> bool {
+        match workload {
+            Workload::YcsbA | Workload::YcsbB | Workload::YcsbC | Workload::Tenants => {
+                self == SystemKind::UcacheExplicit
+            }
+            Workload::Getscan | Workload::Search => matches!(
+                self,
+                SystemKind::UcacheExplicit | SystemKind::Mmap | SystemKind::Pread
+            ),
+            Workload::Lookup | Workload::Seq | Workload::Zipf => true,
+        }
+    }
+
     pub fn is_ucache(self) -> bool {
         matches!(
             self,
@@ -202,6 +222,10 @@ pub struct Params {
     pub endpoint: Option<String>,
     /// Buffers per batch of ucache-prefetch, requests in flight per thread of raw-get.
     pub prefetch_depth: usize,
+    /// ucache systems: the policy spec of the row ([`SystemRow`]); `None` for the default.
+    pub policy: Option<String>,
+    /// `tenants`: [`ucache::MapOptions::weight`] of tenant A and tenant B.
+    pub tenant_weights: [u32; 2],
 }
 
 impl Params {

@@ -6,14 +6,20 @@
 //! - optimistic: `read_optimistic`, no pin at all on a hit;
 //! - transparent: plain loads from a transparent mapping, exactly the mmap system's loop, so
 //!   the two differ only in who serves the faults.
+//!
+//! The live workloads (cache_ext's, issue #4) run explicit only: each op pins; an update pins
+//! exclusive and rewrites a word; `tenants` maps the file's two halves as two mappings of one
+//! cache, each with its own policy and weight.
 
 use std::sync::Arc;
 
+use ucache::policy::{policy_by_name, Policy};
 use ucache::store::{FileStore, Store, UringOptions, UringStore};
 use ucache::{Cache, CacheOptions, FaultHandling, MapOptions, Mapping};
 
-use super::{s3_config, Params, StoreKind, System};
+use super::{s3_config, split_policy_spec, Params, StoreKind, System};
 use crate::bench::worker::ThreadCtx;
+use crate::bench::workload::{tenant_split, Workload};
 
 /// How the workload drives the mapping.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -31,7 +37,14 @@ pub enum Mode {
 pub struct Ucache {
     cache: Cache,
     map: Mapping,
+    /// `tenants`: the file's second half, and the first buffer index of the file it holds
+    /// (`map` then holds the first half).
+    tenant_b: Option<(Mapping, u64)>,
     mode: Mode,
+}
+
+fn named_policy(name: &str) -> Result<Box<dyn Policy>, String> {
+    policy_by_name(name).ok_or_else(|| format!("unknown policy '{name}'"))
 }
 
 impl Ucache {
@@ -68,38 +81,96 @@ impl Ucache {
             StoreKind::S3(url) => url.as_str(),
             _ => p.path.to_str().ok_or("data file path is not UTF-8")?,
         };
+        let (policy_a, policy_b) = match &p.policy {
+            Some(spec) => {
+                let (a, b) = split_policy_spec(spec);
+                (Some(named_policy(a)?), Some(named_policy(b)?))
+            }
+            None => (None, None),
+        };
+        let options = |policy: Option<Box<dyn Policy>>| {
+            let o = MapOptions::new()
+                .buffer_size(p.buffer_size)
+                .transparent(transparent)
+                .track_access(mode != Mode::TransparentUntracked)
+                .fault_handling(handling)
+                .writable(p.workload.update_fraction() > 0.0);
+            match policy {
+                Some(policy) => o.policy(policy),
+                None => o,
+            }
+        };
+        if p.workload == Workload::Tenants {
+            let split = tenant_split(p.buffers());
+            let bs = p.buffer_size as u64;
+            let a = options(policy_a)
+                .len(split * bs)
+                .weight(p.tenant_weights[0]);
+            let b = options(policy_b)
+                .offset(split * bs)
+                .len(p.data_bytes - split * bs)
+                .weight(p.tenant_weights[1]);
+            let map = cache
+                .map(store.clone(), path, a)
+                .map_err(|e| format!("Cache::map (tenant A): {e}"))?;
+            let map_b = cache
+                .map(store, path, b)
+                .map_err(|e| format!("Cache::map (tenant B): {e}"))?;
+            return Ok(Ucache {
+                cache,
+                map,
+                tenant_b: Some((map_b, split)),
+                mode,
+            });
+        }
         let map = cache
-            .map(
-                store,
-                path,
-                MapOptions::new()
-                    .buffer_size(p.buffer_size)
-                    .transparent(transparent)
-                    .track_access(mode != Mode::TransparentUntracked)
-                    .fault_handling(handling),
-            )
+            .map(store, path, options(policy_a))
             .map_err(|e| format!("Cache::map: {e}"))?;
-        Ok(Ucache { cache, map, mode })
+        Ok(Ucache {
+            cache,
+            map,
+            tenant_b: None,
+            mode,
+        })
     }
 
     fn is_full(&self) -> bool {
         let slack = ucache::DEFAULT_BATCH as u64 * self.map.buffer_size() as u64;
-        self.cache.used() + slack >= self.cache.budget().min(self.map.len())
+        let mapped = self.map.len() + self.tenant_b.as_ref().map_or(0, |(m, _)| m.len());
+        self.cache.used() + slack >= self.cache.budget().min(mapped)
+    }
+
+    /// The mapping holding file buffer `idx`, and the buffer's index in it.
+    #[inline]
+    fn locate(&self, idx: u64) -> (&Mapping, u64) {
+        match &self.tenant_b {
+            Some((b, split)) if idx >= *split => (b, idx - split),
+            _ => (&self.map, idx),
+        }
     }
 
     fn explicit(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
-        while ctx.running() {
-            let t = ctx.sample();
-            let idx = ctx.next_index();
-            let g = self
-                .map
-                .pin_shared(idx)
-                .map_err(|e| format!("pin_shared({idx}): {e}"))?;
-            ctx.touch(&g[..], idx);
-            drop(g);
-            ctx.done(1, t);
-        }
-        Ok(())
+        // The whole run under the thread's hint: a scan thread's every load is a scan's.
+        ctx.role().hint().scoped(|| -> Result<(), String> {
+            while ctx.running() {
+                let t = ctx.sample();
+                let idx = ctx.next_index();
+                let (map, local) = self.locate(idx);
+                if ctx.next_is_update() {
+                    let mut g = map
+                        .pin_exclusive(local)
+                        .map_err(|e| format!("pin_exclusive({idx}): {e}"))?;
+                    ctx.update(&mut g[..], idx);
+                } else {
+                    let g = map
+                        .pin_shared(local)
+                        .map_err(|e| format!("pin_shared({idx}): {e}"))?;
+                    ctx.touch(&g[..], idx);
+                }
+                ctx.done(1, t);
+            }
+            Ok(())
+        })
     }
 
     fn optimistic(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
