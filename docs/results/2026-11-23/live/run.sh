@@ -19,3 +19,8 @@ $B bench tenants $C --data 1GiB --memory 128MiB --file /var/tmp/ucache-live-1GiB
 $B bench tenants $C --data 1GiB --memory 128MiB --file /var/tmp/ucache-live-1GiB.dat \
   --systems ucache-explicit --policies clock,lfu+mru --tenant-weights 4,1 \
   --json $D/tenants-4-1.json
+# search again with 128 KiB buffers, the kernel's default readahead window: one ucache miss
+# then loads as much as one mmap readahead does.
+$B bench search $C --data 256MiB --memory 176MiB --file /var/tmp/ucache-live-256MiB.dat \
+  --buffer-size 128KiB --systems ucache-explicit,mmap --policies clock,lru,mru \
+  --json $D/search-128k.json
