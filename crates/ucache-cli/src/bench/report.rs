@@ -3,7 +3,8 @@
 //!
 //! The JSON keys `config`, `results[].{system, workload, threads, buffer_size, data_bytes,
 //! memory_bytes, ops_per_sec, cpu_us_per_op, p99_us, reps, others_cpu_pct}` are an interface:
-//! add keys, never rename these.
+//! add keys, never rename these. Added since: `policy` (with `--policies`, when `system` reads
+//! `ucache-explicit:lru`) and `roles` (per thread class of `getscan` and `tenants`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
