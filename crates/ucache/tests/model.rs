@@ -167,7 +167,11 @@ fn set_aside_restore_and_evict_race_safely() {
         let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).unwrap();
         let m = Arc::new(
             cache
-                .map(Arc::new(store), "o", MapOptions::new().transparent(true))
+                .map(
+                    Arc::new(store),
+                    "o",
+                    MapOptions::new().transparent(true).track_access(true),
+                )
                 .unwrap(),
         );
         for i in 0..N {
