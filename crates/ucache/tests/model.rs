@@ -170,7 +170,12 @@ fn set_aside_restore_and_evict_race_safely() {
                 .map(
                     Arc::new(store),
                     "o",
-                    MapOptions::new().transparent(true).track_access(true),
+                    // No readahead: its loads run on the IO worker, a thread shuttle does
+                    // not control.
+                    MapOptions::new()
+                        .transparent(true)
+                        .track_access(true)
+                        .readahead(false),
                 )
                 .unwrap(),
         );
