@@ -250,16 +250,8 @@ impl CacheCore {
         let mut stuck_since: Option<Instant> = None;
         let mut spins = 0u32;
         loop {
-            let used = self.used.load(Ordering::Relaxed);
-            if !self.global.need_to_evict(used, bytes, self.budget) {
-                if self
-                    .used
-                    .compare_exchange_weak(used, used + bytes, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    return Ok(());
-                }
-                continue;
+            if self.take_if_fits(bytes) {
+                return Ok(());
             }
             if self.evict_round() > 0 {
                 stuck_since = None;
@@ -270,7 +262,9 @@ impl CacheCore {
             // buffer is pinned. Back off, and give up only after a long time without progress.
             let since = *stuck_since.get_or_insert_with(Instant::now);
             if since.elapsed() > EXHAUSTED_AFTER {
-                return Err(Error::BudgetExhausted { resident: used });
+                return Err(Error::BudgetExhausted {
+                    resident: self.used.load(Ordering::Relaxed),
+                });
             }
             spins += 1;
             if spins < 4 || !crate::sync::CAN_PARK {
@@ -284,19 +278,28 @@ impl CacheCore {
     /// As [`CacheCore::reserve`], but gives up as soon as an eviction round frees nothing.
     pub(crate) fn try_reserve(&self, bytes: u64) -> bool {
         loop {
-            let used = self.used.load(Ordering::Relaxed);
-            if !self.global.need_to_evict(used, bytes, self.budget) {
-                if self
-                    .used
-                    .compare_exchange_weak(used, used + bytes, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-                {
-                    return true;
-                }
-                continue;
+            if self.take_if_fits(bytes) {
+                return true;
             }
             if self.evict_round() == 0 {
                 return false;
+            }
+        }
+    }
+
+    /// Adds `bytes` to the budget in use if the global policy says they fit without evicting.
+    fn take_if_fits(&self, bytes: u64) -> bool {
+        loop {
+            let used = self.used.load(Ordering::Relaxed);
+            if self.global.need_to_evict(used, bytes, self.budget) {
+                return false;
+            }
+            if self
+                .used
+                .compare_exchange_weak(used, used + bytes, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                return true;
             }
         }
     }

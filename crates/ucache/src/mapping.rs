@@ -73,7 +73,7 @@ impl Default for MapOptions {
             transparent: false,
             fault_handling: FaultHandling::default(),
             fault_hook: None,
-            track_access: true,
+            track_access: false,
             readahead: true,
             weight: 1,
         }
@@ -132,12 +132,14 @@ impl MapOptions {
         self
     }
     /// Transparent mappings only: give eviction candidates a second chance by setting them
-    /// aside first (on by default). Plain loads never tell ucache which buffers are in use, so
-    /// CLOCK-like policies would see no accesses at all; a buffer the policy picks is copied
-    /// into a small pool and dropped from the mapping, and a touch brings it back without IO
-    /// and counts as an access (sets the referenced bit, calls `on_hit`). The pool takes about
-    /// a sixteenth of the budget; each eviction costs a buffer copy, each touch of a set-aside
-    /// buffer a soft fault. Turn it off for workloads no policy can help (uniform random).
+    /// aside first (off by default). Plain loads never tell ucache which buffers are in use,
+    /// so without it CLOCK-like policies see no accesses at all; with it, a buffer the policy
+    /// picks is copied into a small pool and dropped from the mapping, and a touch brings it
+    /// back without IO and counts as an access (sets the referenced bit, calls `on_hit`).
+    /// Worth it where a hot set must survive a stream of cold misses (scans next to lookups);
+    /// it costs about a sixteenth of the budget for the pool, a buffer copy per eviction and a
+    /// soft fault per touch of a set-aside buffer. On zram it cut the Zipf(0.99) miss ratio
+    /// from 23.1% to 20.8% yet ran 9% slower, and 5% slower on uniform lookups (README).
     pub fn track_access(mut self, on: bool) -> Self {
         self.track_access = on;
         self
@@ -145,8 +147,10 @@ impl MapOptions {
     /// Transparent mappings with the default policy only: sequential readahead (on by
     /// default), as mmap has. Code that scans with plain loads cannot ask for a prefetch, so
     /// the mapping detects sequential misses itself (Linux's on-demand readahead: a window of
-    /// 4 buffers that doubles up to 32 while the scan continues) and loads the window in the
-    /// background. Random access never triggers it. A mapping given its own policy gets
+    /// 4 buffers that doubles up to 32 while the scan continues) and loads it in the
+    /// background. `ReadAhead::asynchronous` (Linux's readahead marker) is the variant to try
+    /// where the reader waits for each window; it is not yet the default for want of a clean
+    /// measurement. Random access never triggers it. A mapping given its own policy gets
     /// readahead by wrapping it: `WithPrefetch::new(policy, ReadAhead::default())`.
     pub fn readahead(mut self, on: bool) -> Self {
         self.readahead = on;

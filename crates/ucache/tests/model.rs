@@ -167,7 +167,16 @@ fn set_aside_restore_and_evict_race_safely() {
         let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).unwrap();
         let m = Arc::new(
             cache
-                .map(Arc::new(store), "o", MapOptions::new().transparent(true))
+                .map(
+                    Arc::new(store),
+                    "o",
+                    // No readahead: its loads run on the IO worker, a thread shuttle does
+                    // not control.
+                    MapOptions::new()
+                        .transparent(true)
+                        .track_access(true)
+                        .readahead(false),
+                )
                 .unwrap(),
         );
         for i in 0..N {

@@ -32,6 +32,7 @@ fn run(bs: usize, budget_buffers: u64, seconds: u64, handling: FaultHandling) {
             MapOptions::new()
                 .buffer_size(bs)
                 .transparent(true)
+                .track_access(true)
                 .fault_handling(handling)
                 .writable(true),
         )

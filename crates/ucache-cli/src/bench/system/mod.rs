@@ -46,9 +46,9 @@ pub enum SystemKind {
     /// The same, in compatibility mode: faults queue on the userfaultfd and handler threads
     /// (as many as workload threads) serve them.
     UcacheTransparentThreads,
-    /// ucache-transparent without access tracking: eviction candidates are dropped at once
-    /// instead of set aside first, so CLOCK sees no accesses (what tracking costs and buys).
-    UcacheTransparentUntracked,
+    /// ucache-transparent with access tracking: eviction candidates are set aside first, so
+    /// CLOCK sees the accesses plain loads hide (what tracking costs and buys).
+    UcacheTransparentTracked,
     /// The whole file copied into an anonymous array first: the in-memory upper bound (only
     /// meaningful when the data fits in the budget).
     Array,
@@ -72,7 +72,7 @@ impl SystemKind {
         SystemKind::UcacheOptimistic,
         SystemKind::UcacheTransparent,
         SystemKind::UcacheTransparentThreads,
-        SystemKind::UcacheTransparentUntracked,
+        SystemKind::UcacheTransparentTracked,
         SystemKind::Array,
         SystemKind::Mmap,
         SystemKind::Pread,
@@ -88,7 +88,7 @@ impl SystemKind {
             SystemKind::UcacheOptimistic => "ucache-optimistic",
             SystemKind::UcacheTransparent => "ucache-transparent",
             SystemKind::UcacheTransparentThreads => "ucache-transparent-threads",
-            SystemKind::UcacheTransparentUntracked => "ucache-transparent-untracked",
+            SystemKind::UcacheTransparentTracked => "ucache-transparent-tracked",
             SystemKind::Array => "array",
             SystemKind::Mmap => "mmap",
             SystemKind::Pread => "pread",
@@ -151,7 +151,7 @@ impl SystemKind {
                 | SystemKind::UcacheOptimistic
                 | SystemKind::UcacheTransparent
                 | SystemKind::UcacheTransparentThreads
-                | SystemKind::UcacheTransparentUntracked
+                | SystemKind::UcacheTransparentTracked
         )
     }
 }
@@ -268,8 +268,8 @@ pub fn open(kind: SystemKind, p: &Params) -> Result<Box<dyn System>, String> {
         SystemKind::UcacheTransparent => {
             Box::new(ucache::Ucache::open(p, ucache::Mode::Transparent)?)
         }
-        SystemKind::UcacheTransparentUntracked => {
-            Box::new(ucache::Ucache::open(p, ucache::Mode::TransparentUntracked)?)
+        SystemKind::UcacheTransparentTracked => {
+            Box::new(ucache::Ucache::open(p, ucache::Mode::TransparentTracked)?)
         }
         SystemKind::UcacheTransparentThreads => {
             Box::new(ucache::Ucache::open(p, ucache::Mode::TransparentThreads)?)

@@ -30,8 +30,8 @@ pub enum Mode {
     Transparent,
     /// Transparent, faults served by handler threads (one per workload thread).
     TransparentThreads,
-    /// Transparent, without setting eviction candidates aside.
-    TransparentUntracked,
+    /// Transparent, setting eviction candidates aside (access tracking).
+    TransparentTracked,
 }
 
 pub struct Ucache {
@@ -51,7 +51,7 @@ impl Ucache {
     pub fn open(p: &Params, mode: Mode) -> Result<Self, String> {
         let transparent = matches!(
             mode,
-            Mode::Transparent | Mode::TransparentThreads | Mode::TransparentUntracked
+            Mode::Transparent | Mode::TransparentThreads | Mode::TransparentTracked
         );
         let handling = if mode == Mode::TransparentThreads {
             FaultHandling::HandlerThreads(p.threads)
@@ -92,7 +92,7 @@ impl Ucache {
             let o = MapOptions::new()
                 .buffer_size(p.buffer_size)
                 .transparent(transparent)
-                .track_access(mode != Mode::TransparentUntracked)
+                .track_access(mode == Mode::TransparentTracked)
                 .fault_handling(handling)
                 .writable(p.workload.update_fraction() > 0.0);
             match policy {
@@ -235,7 +235,7 @@ impl System for Ucache {
             Mode::Explicit => self.explicit(ctx),
             Mode::Prefetch => self.prefetch(ctx),
             Mode::Optimistic => self.optimistic(ctx),
-            Mode::Transparent | Mode::TransparentThreads | Mode::TransparentUntracked => {
+            Mode::Transparent | Mode::TransparentThreads | Mode::TransparentTracked => {
                 self.transparent(ctx)
             }
         }

@@ -9,6 +9,12 @@
 //! are tracked at once, so interleaved sequential readers (threads scanning different
 //! ranges) each keep their own window. Suits sequential scans: table scans, log replay,
 //! file copies.
+//!
+//! [`ReadAhead::asynchronous`] adds Linux's readahead marker (`PG_readahead`): the buffer in
+//! the middle of each window is left out of it, so the reader misses there, half a window
+//! before the end, and that miss loads the next window while the reader still has the rest of
+//! this one to consume. Without it every window is fetched when the reader has run out, and
+//! the reader waits for all of it.
 
 use parking_lot::Mutex;
 
@@ -23,6 +29,8 @@ struct StreamState {
     size: u64,
     /// For replacement: when the stream was last used.
     used: u64,
+    /// The buffer left out of the current window to trigger the next (asynchronous mode).
+    marker: Option<u64>,
     live: bool,
 }
 
@@ -30,6 +38,7 @@ pub struct ReadAhead {
     initial: u64,
     max: u64,
     buffers: u64,
+    asynchronous: bool,
     streams: Mutex<(Vec<StreamState>, u64)>,
 }
 
@@ -46,8 +55,18 @@ impl ReadAhead {
             initial,
             max: max.max(initial),
             buffers: u64::MAX,
+            asynchronous: false,
             streams: Mutex::new((vec![StreamState::default(); streams.max(1)], 0)),
         }
+    }
+}
+
+impl ReadAhead {
+    /// Leaves a marker buffer in the middle of each window whose miss starts the next window
+    /// early (see the module documentation).
+    pub fn asynchronous(mut self) -> Self {
+        self.asynchronous = true;
+        self
     }
 }
 
@@ -76,6 +95,17 @@ impl Prefetcher for ReadAhead {
         let (streams, clock) = &mut *g;
         *clock += 1;
         let now = *clock;
+        // The reader reached a window's marker: fetch the next window now, behind it.
+        if let Some(k) = streams
+            .iter()
+            .position(|s| s.live && s.marker == Some(index))
+        {
+            let s = &mut streams[k];
+            s.used = now;
+            let first = s.last.saturating_add(1);
+            self.extend(s, first, out);
+            return;
+        }
         let hit = streams
             .iter()
             .position(|s| s.live && s.last.checked_add(1) == Some(index));
@@ -88,6 +118,7 @@ impl Prefetcher for ReadAhead {
                     last: index,
                     size: 0,
                     used: now,
+                    marker: None,
                     live: true,
                 };
                 if index != 0 {
@@ -98,16 +129,30 @@ impl Prefetcher for ReadAhead {
         };
         let s = &mut streams[k];
         s.used = now;
+        s.last = index;
+        self.extend(s, index.saturating_add(1), out);
+    }
+}
+
+impl ReadAhead {
+    /// Grows the stream's window and proposes it from `first`, leaving out the marker.
+    fn extend(&self, s: &mut StreamState, first: u64, out: &mut Vec<u64>) {
         s.size = if s.size == 0 {
             self.initial
         } else {
             (2 * s.size).min(self.max)
         };
-        let end = index
+        let end = (first - 1)
             .saturating_add(s.size)
             .min(self.buffers.saturating_sub(1));
-        out.extend(index + 1..=end);
-        s.last = end.max(index);
+        s.marker = None;
+        if first > end {
+            return;
+        }
+        let marker = (self.asynchronous && end > first).then(|| first + (end - first).div_ceil(2));
+        out.extend((first..=end).filter(|&i| Some(i) != marker));
+        s.marker = marker;
+        s.last = end;
     }
 }
 
@@ -136,6 +181,22 @@ mod tests {
         assert_eq!(got[2], (9..=16).collect::<Vec<_>>());
         assert_eq!(got[3], (18..=25).collect::<Vec<_>>(), "capped at 8");
         assert_eq!(got[4], (27..=34).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn asynchronous_windows_leave_a_marker_whose_miss_fetches_the_next() {
+        let p = ReadAhead::new(4, 8).asynchronous();
+        // Miss at 0 starts a window 1..=4 with 3 (its middle) left out as the marker.
+        let got = run(&p, &[0, 3, 7, 100]);
+        assert_eq!(got[0], vec![1, 2, 4]);
+        // The reader misses at the marker: the next window, 5..=12, is fetched while it
+        // still has 4 to read; its own marker is 9.
+        assert_eq!(got[1], vec![5, 6, 7, 8, 10, 11, 12]);
+        // A miss that is neither a marker nor the next buffer is random.
+        assert!(got[2].is_empty());
+        assert!(got[3].is_empty());
+        let got = run(&p, &[9]);
+        assert_eq!(got[0], (13..=20).filter(|&i| i != 17).collect::<Vec<_>>());
     }
 
     #[test]
