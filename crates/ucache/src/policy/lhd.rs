@@ -208,6 +208,21 @@ impl Policy for Lhd {
                 out.push(i);
             }
         }
+        // Samples can miss the few idle buffers among many pinned ones: then look at them all
+        // (rare, and O(resident) only then), so a policy never proposes nothing while
+        // something could go.
+        if out.len() == start {
+            let best = st
+                .resident
+                .iter()
+                .copied()
+                .filter(|&i| idle(buffers, i))
+                .map(|i| (st.density_of(i), i))
+                .min_by(|a, b| a.0.total_cmp(&b.0));
+            if let Some((_, i)) = best {
+                out.push(i);
+            }
+        }
     }
 
     fn wants_hits(&self) -> bool {
