@@ -1254,17 +1254,16 @@ impl MappingCore {
             }
         }
         self.stats().add(Counter::EvictionCancels, cancels);
-        let ranges = |v: &[u64]| -> Vec<(usize, usize)> {
-            v.iter()
-                .map(|&i| ((i << self.shift) as usize, self.bs))
-                .collect()
-        };
         if let Some(pool) = &self.aside {
             // Set-aside buffers have no pages in the mapping: freeing the slot is all.
             aside.iter().for_each(|&i| pool.release(i));
         }
         if !clean.is_empty() {
-            if let Err(e) = self.region.drop_ranges(&ranges(&clean)) {
+            let ranges: Vec<(usize, usize)> = clean
+                .iter()
+                .map(|&i| ((i << self.shift) as usize, self.bs))
+                .collect();
+            if let Err(e) = self.region.drop_ranges(&ranges) {
                 // The memory could not be dropped: keep every buffer resident and valid.
                 for &i in &clean {
                     let _ = self.state(i).update(|w| Some(w.cancel_evict()));

@@ -2,7 +2,7 @@
 
 use std::io::BufRead;
 
-use super::text::parse_id;
+use super::text::{for_each_line, parse_id};
 
 /// The `column`-th (1-based) comma-separated field, trimmed of blanks and quotes.
 fn field(line: &str, column: usize) -> Option<&str> {
@@ -19,21 +19,7 @@ pub fn read(
     if column == 0 {
         return Err("--column counts from 1".into());
     }
-    let mut line = String::new();
-    let mut n = 0u64;
-    loop {
-        line.clear();
-        n += 1;
-        if r.read_line(&mut line)
-            .map_err(|e| format!("line {n}: {e}"))?
-            == 0
-        {
-            return Ok(());
-        }
-        let t = line.trim_end_matches(['\n', '\r']);
-        if t.trim().is_empty() {
-            continue;
-        }
+    for_each_line(r, |t, n| {
         let Some(f) = field(t, column) else {
             return Err(format!(
                 "line {n}: no column {column} (the line has {} fields)",
@@ -41,11 +27,11 @@ pub fn read(
             ));
         };
         match parse_id(f, n) {
-            Ok(id) => sink(id).map_err(|e| format!("line {n}: {e}"))?,
-            Err(_) if n == 1 => {} // a header
-            Err(e) => return Err(e),
+            Ok(id) => sink(id).map_err(|e| format!("line {n}: {e}")),
+            Err(_) if n == 1 => Ok(()), // a header
+            Err(e) => Err(e),
         }
-    }
+    })
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 
 use std::io::BufRead;
 
+use super::text::for_each_line;
+
 pub const BLOCK: u64 = 4096;
 const BLOCK_BITS: u32 = 48;
 
@@ -25,21 +27,8 @@ pub fn read(
     r: &mut dyn BufRead,
     sink: &mut dyn FnMut(u64) -> Result<(), String>,
 ) -> Result<(), String> {
-    let mut line = String::new();
-    let mut n = 0u64;
-    loop {
-        line.clear();
-        n += 1;
-        if r.read_line(&mut line)
-            .map_err(|e| format!("line {n}: {e}"))?
-            == 0
-        {
-            return Ok(());
-        }
+    for_each_line(r, |line, n| {
         let t = line.trim();
-        if t.is_empty() {
-            continue;
-        }
         let mut f = t.split(',');
         let _time = f.next();
         let _host = f.next();
@@ -56,7 +45,7 @@ pub fn read(
             ));
         }
         if size == 0 {
-            continue;
+            return Ok(());
         }
         let last = offset
             .checked_add(size - 1)
@@ -68,7 +57,8 @@ pub fn read(
         for block in offset / BLOCK..=last {
             sink(disk << BLOCK_BITS | block).map_err(|e| format!("line {n}: {e}"))?;
         }
-    }
+        Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -8,9 +8,12 @@ pub fn parse_id(tok: &str, line: u64) -> Result<u64, String> {
         .map_err(|_| format!("line {line}: '{tok}' is not an id (a decimal integer below 2^64)"))
 }
 
-pub fn read(
+/// Calls `f(line, number)` for every line that is not blank, without its line ending, and
+/// numbers lines from 1 so that every reader's errors can name the line. The loop the
+/// line-based formats (text, CSV, MSR) share.
+pub fn for_each_line(
     r: &mut dyn BufRead,
-    sink: &mut dyn FnMut(u64) -> Result<(), String>,
+    mut f: impl FnMut(&str, u64) -> Result<(), String>,
 ) -> Result<(), String> {
     let mut line = String::new();
     let mut n = 0u64;
@@ -23,12 +26,24 @@ pub fn read(
         {
             return Ok(());
         }
-        let t = line.trim();
-        if t.is_empty() || t.starts_with('#') {
-            continue;
+        let t = line.trim_end_matches(['\n', '\r']);
+        if !t.trim().is_empty() {
+            f(t, n)?;
         }
-        sink(parse_id(t, n)?).map_err(|e| format!("line {n}: {e}"))?;
     }
+}
+
+pub fn read(
+    r: &mut dyn BufRead,
+    sink: &mut dyn FnMut(u64) -> Result<(), String>,
+) -> Result<(), String> {
+    for_each_line(r, |line, n| {
+        let t = line.trim();
+        if t.starts_with('#') {
+            return Ok(());
+        }
+        sink(parse_id(t, n)?).map_err(|e| format!("line {n}: {e}"))
+    })
 }
 
 #[cfg(test)]
