@@ -163,12 +163,12 @@ impl MapOptions {
     }
 
     /// This mapping's claim on the shared budget relative to the cache's other mappings
-    /// (default 1, at least 1). The default global policy evicts first from the mapping most
+    /// (default 1; 0 is refused by [`crate::Cache::map`]). The default global policy evicts first from the mapping most
     /// over its weighted share, so a tenant that streams through new buffers (a scan) cannot
     /// push out one whose working set is reused: with weights 3 and 1 the first keeps three
     /// quarters of the memory the two hold, however fast the second loads.
     pub fn weight(mut self, weight: u32) -> Self {
-        self.weight = weight.max(1);
+        self.weight = weight;
         self
     }
 
@@ -222,6 +222,11 @@ impl MappingCore {
                 "mapping offset {} is not a multiple of {IO_ALIGN}",
                 o.offset
             )));
+        }
+        if o.weight == 0 {
+            return Err(Error::BadArgument(
+                "a mapping's weight must be at least 1".into(),
+            ));
         }
         if o.len == Some(0) {
             return Err(Error::BadLength {

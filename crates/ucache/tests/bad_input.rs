@@ -60,6 +60,8 @@ fn read_only_mapping_beyond_the_object_is_refused() {
     assert!(matches!(r, Err(Error::BeyondObject { .. })), "{r:?}");
     let r = cache().map(s.clone(), "o", MapOptions::new().offset(100));
     assert!(matches!(r, Err(Error::BadArgument(_))), "{r:?}");
+    let r = cache().map(s.clone(), "o", MapOptions::new().weight(0));
+    assert!(matches!(r, Err(Error::BadArgument(_))), "{r:?}");
     // A read-write mapping grows the object instead.
     let m = cache()
         .map(
