@@ -1,13 +1,17 @@
 //! The background thread that completes asynchronous primitives (`prefetch`, `writeback`).
 //!
 //! The caller claims the buffers (so their state words already say `Loading` or write-back in
-//! flight, and other threads wait on those words alone) and hands the batch over; the worker
-//! runs it as one store batch, so a store that keeps requests in flight (io_uring) gets the
-//! whole batch at once. Started on first use: programs that never prefetch have no thread.
+//! flight, and other threads wait on those words alone) and hands the batch over. Loads run as
+//! one store stream ([`crate::store::Object::read_stream`]) that takes in every load job of the
+//! same mapping queued meanwhile: a program that prefetches its next batch while it consumes
+//! the current one keeps the device's queue full, and each buffer is published as its own read
+//! completes. Write-backs run as one store batch. Started on first use: programs that never
+//! prefetch have no thread.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::mapping::MappingCore;
 
@@ -29,41 +33,69 @@ pub(crate) struct IoWorker {
     tx: OnceLock<Sender<Job>>,
 }
 
+/// Most prefetch reads the worker keeps in flight (the ring's size caps it further).
+const STREAM_DEPTH: usize = 256;
+
 impl IoWorker {
     pub(crate) fn submit(&self, job: Job) {
         let tx = self.tx.get_or_init(|| {
             let (tx, rx) = crossbeam_channel::unbounded::<Job>();
             std::thread::Builder::new()
                 .name("ucache-io".into())
-                .spawn(move || {
-                    for job in rx {
-                        match job {
-                            // Failures are counted in the stats and leave the buffers
-                            // evicted (loads) or dirty (write-backs); the next access or
-                            // msync meets them again and reports them to its caller.
-                            Job::Load { mapping, indices } => {
-                                let _ = mapping.load_claimed(&indices, true);
-                            }
-                            Job::Writeback { mapping, indices } => {
-                                mapping.write_claimed(&indices);
-                            }
-                        }
-                    }
-                })
+                .spawn(move || serve(rx))
                 .expect("spawn ucache-io thread");
             tx
         });
         if let Err(e) = tx.send(job) {
             // The receiver lives as long as the thread, which never exits while a sender
             // exists; run the job here rather than lose claimed buffers.
-            match e.into_inner() {
-                Job::Load { mapping, indices } => {
-                    let _ = mapping.load_claimed(&indices, true);
-                }
-                Job::Writeback { mapping, indices } => {
-                    mapping.write_claimed(&indices);
-                }
+            run_alone(e.into_inner());
+        }
+    }
+}
+
+/// The worker's loop. Failures are counted in the stats and leave the buffers evicted (loads)
+/// or dirty (write-backs); the next access or msync meets them again and reports them to its
+/// caller.
+fn serve(rx: Receiver<Job>) {
+    let mut stashed = None;
+    while let Some(job) = stashed.take().or_else(|| rx.recv().ok()) {
+        match job {
+            Job::Load { mapping, indices } => {
+                let mut pending: VecDeque<u64> = indices.into();
+                mapping.load_stream(STREAM_DEPTH, &mut || loop {
+                    if let Some(i) = pending.pop_front() {
+                        return Some(i);
+                    }
+                    if stashed.is_some() {
+                        return None;
+                    }
+                    match rx.try_recv() {
+                        Ok(Job::Load {
+                            mapping: m,
+                            indices,
+                        }) if Arc::ptr_eq(&m, &mapping) => pending.extend(indices),
+                        // Another mapping's loads, or a write-back: after this stream drains.
+                        Ok(other) => stashed = Some(other),
+                        Err(_) => return None,
+                    }
+                });
             }
+            Job::Writeback { mapping, indices } => {
+                mapping.write_claimed(&indices);
+            }
+        }
+    }
+}
+
+/// Runs one job on the calling thread.
+fn run_alone(job: Job) {
+    match job {
+        Job::Load { mapping, indices } => {
+            let _ = mapping.load_claimed(&indices, true);
+        }
+        Job::Writeback { mapping, indices } => {
+            mapping.write_claimed(&indices);
         }
     }
 }

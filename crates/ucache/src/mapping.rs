@@ -901,35 +901,217 @@ impl MappingCore {
         let mut first = None;
         let mut ok = 0u64;
         for (k, &i) in claimed.iter().enumerate() {
-            let mut got = take_result(&mut out, k);
-            let transparent = self.region.is_transparent();
-            if transparent {
-                // SAFETY: dest(k, i) is our staging slot of bs bytes.
-                let buf = unsafe { std::slice::from_raw_parts_mut(dest(k, i), self.bs) };
-                got = got.map(|n| zero_tail(buf, n));
-            }
-            let r = self.check_read(i, got).and_then(|()| {
-                if !transparent {
-                    return Ok(());
-                }
-                // SAFETY: the staging slot is readable; buffer i is Loading and ours.
-                unsafe {
-                    self.region
-                        .install((i << self.shift) as usize, dest(k, i), self.bs, false)
-                }
-            });
-            match r {
-                Ok(()) => {
-                    ok += 1;
-                    self.publish(i, Pin::None, prefetched, false);
-                }
+            match self.finish_load(
+                i,
+                dest(k, i),
+                take_result(&mut out, k),
+                prefetched,
+                Pin::None,
+            ) {
+                Ok(()) => ok += 1,
                 Err(e) => {
-                    self.fail_load(i);
                     first.get_or_insert(e);
                 }
             }
         }
         (ok, first)
+    }
+
+    /// Ends the load of claimed buffer `i`, whose read into `dest` (the region itself, or a
+    /// staging slot of `bs` bytes) returned `got`: installs it if staged, and publishes it
+    /// holding `pin`, or gives it back evicted and reports why.
+    fn finish_load(
+        &self,
+        i: u64,
+        dest: *mut u8,
+        mut got: io::Result<usize>,
+        prefetched: bool,
+        pin: Pin,
+    ) -> Result<()> {
+        let transparent = self.region.is_transparent();
+        if transparent {
+            // SAFETY: dest is our staging slot of bs bytes.
+            let buf = unsafe { std::slice::from_raw_parts_mut(dest, self.bs) };
+            got = got.map(|n| zero_tail(buf, n));
+        }
+        let r = self.check_read(i, got).and_then(|()| {
+            if !transparent {
+                return Ok(());
+            }
+            // SAFETY: the staging slot is readable; buffer i is Loading and ours.
+            unsafe {
+                self.region
+                    .install((i << self.shift) as usize, dest, self.bs, false)
+            }
+        });
+        match r {
+            Ok(()) => self.publish(i, pin, prefetched, false),
+            Err(_) => self.fail_load(i),
+        }
+        r
+    }
+
+    /// Visits buffers as they become available: pins each of `indices` shared and calls `f` on
+    /// it, hits at once, misses as their own reads complete, with up to `depth` reads in flight
+    /// from this thread (refilled read by read on an io_uring store). Buffers another thread is
+    /// loading are visited last. Stops at the first error (an index out of range, a failed
+    /// read, memory that cannot be freed) and returns it; buffers already in flight are still
+    /// loaded. A transparent mapping visits them one pin at a time.
+    pub(crate) fn pin_each(
+        self: &Arc<Self>,
+        indices: &mut dyn Iterator<Item = u64>,
+        depth: usize,
+        f: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<()> {
+        if self.region.is_transparent() {
+            for i in indices {
+                let g = self.pin_shared(i)?;
+                f(i, &g[..]);
+            }
+            return Ok(());
+        }
+        let failed: std::cell::RefCell<Option<Error>> = std::cell::RefCell::new(None);
+        let mut later = Vec::new();
+        let f = std::cell::RefCell::new(f);
+        let mut pull = || -> Option<IoBuf> {
+            while failed.borrow().is_none() {
+                let i = indices.next()?;
+                let claim = self.slot(i).and_then(|s| {
+                    let w = s.load();
+                    if w.phase() == Phase::Cached {
+                        let g = self.pin_shared(i)?;
+                        (f.borrow_mut())(i, &g[..]);
+                        return Ok(false);
+                    }
+                    match w.begin_load() {
+                        Some(l) if s.cas(w, l).is_ok() => {}
+                        _ => {
+                            later.push(i);
+                            return Ok(false);
+                        }
+                    }
+                    self.policy.on_miss(i);
+                    if let Err(e) = self.cache.reserve(self.bs as u64) {
+                        let _ = s.update(|w| Some(w.abort_load()));
+                        return Err(e);
+                    }
+                    self.resident.fetch_add(1, Ordering::Relaxed);
+                    Ok(true)
+                });
+                match claim {
+                    // SAFETY: buffer i is Loading and ours until the store hands it back.
+                    Ok(true) => {
+                        return Some(unsafe {
+                            IoBuf::new(
+                                self.region.at((i << self.shift) as usize),
+                                self.bs,
+                                self.object_offset(i),
+                            )
+                        })
+                    }
+                    Ok(false) => {}
+                    Err(e) => *failed.borrow_mut() = Some(e),
+                }
+            }
+            None
+        };
+        let st = self.stats();
+        let mut done = |req: IoBuf, got: io::Result<usize>| {
+            let i = (req.offset() - self.offset) >> self.shift;
+            match self.finish_load(i, req.ptr(), got, false, Pin::Shared) {
+                Ok(()) => {
+                    st.add(Counter::Misses, 1);
+                    st.add(Counter::BytesRead, self.bs as u64);
+                    // SAFETY: published with our shared pin, which the guard now owns.
+                    let g = unsafe { SharedGuard::new(self, i, req.ptr(), self.valid(i)) };
+                    (f.borrow_mut())(i, &g[..]);
+                }
+                Err(e) => {
+                    failed.borrow_mut().get_or_insert(e);
+                }
+            }
+        };
+        self.object.read_stream(depth, &mut pull, &mut done);
+        if let Some(e) = failed.into_inner() {
+            return Err(e);
+        }
+        let f = f.into_inner();
+        for i in later {
+            let g = self.pin_shared(i)?;
+            f(i, &g[..]);
+        }
+        Ok(())
+    }
+
+    /// Loads claimed buffers pulled from `next` as one store stream (the IO worker's
+    /// prefetches): up to `depth` reads in flight, refilled read by read, each buffer published
+    /// the moment its own read completes, so a thread waiting on one buffer waits for that read
+    /// alone and the device never drains between batches. `next` may answer `None` for now and
+    /// more later (see [`Object::read_stream`]); the call returns once it has nothing and no
+    /// read is in flight. Failures are counted; the buffers stay evicted.
+    pub(crate) fn load_stream(&self, depth: usize, next: &mut dyn FnMut() -> Option<u64>) {
+        let depth = if self.region.is_transparent() {
+            // Staging for every read in flight: cap it at 16 MiB.
+            depth.min(((16 << 20) / self.bs).max(1))
+        } else {
+            depth
+        }
+        .max(1);
+        if self.region.is_transparent() {
+            // Staging allocation failure: nothing was claimed from `next` yet, so the buffers
+            // are loaded one by one (still installed from staging) instead.
+            let staged = with_staging(depth * self.bs, |p| self.stream_into(depth, Some(p), next));
+            if staged.is_err() {
+                while let Some(i) = next() {
+                    let _ = self.load_claimed(&[i], true);
+                }
+            }
+        } else {
+            self.stream_into(depth, None, next);
+        }
+    }
+
+    /// [`MappingCore::load_stream`] reading into the region, or into `depth` staging slots at
+    /// `stage`.
+    fn stream_into(
+        &self,
+        depth: usize,
+        stage: Option<*mut u8>,
+        next: &mut dyn FnMut() -> Option<u64>,
+    ) {
+        let free = std::cell::RefCell::new((0..depth).rev().collect::<Vec<usize>>());
+        let st = self.stats();
+        let mut pull = || -> Option<IoBuf> {
+            // The store asks only with room, so a slot is free; if not, pause the stream.
+            let slot = match stage {
+                Some(_) => Some(*free.borrow().last()?),
+                None => None,
+            };
+            let i = next()?;
+            let dest = match (stage, slot) {
+                (Some(p), Some(k)) => {
+                    free.borrow_mut().pop();
+                    // SAFETY: slot k of the staging area, which holds `depth` of them.
+                    unsafe { p.add(k * self.bs) }
+                }
+                _ => self.region.at((i << self.shift) as usize),
+            };
+            // SAFETY: buffer i is Loading and claimed by the job, or dest is a free staging
+            // slot: exclusive until the store hands the request back.
+            Some(unsafe { IoBuf::new(dest, self.bs, self.object_offset(i)) })
+        };
+        let mut done = |req: IoBuf, got: io::Result<usize>| {
+            let i = (req.offset() - self.offset) >> self.shift;
+            if self.finish_load(i, req.ptr(), got, true, Pin::None).is_ok() {
+                st.add(Counter::Prefetches, 1);
+                st.add(Counter::BytesRead, self.bs as u64);
+            }
+            if let Some(p) = stage {
+                free.borrow_mut()
+                    .push((req.ptr() as usize - p as usize) / self.bs);
+            }
+        };
+        self.object.read_stream(depth, &mut pull, &mut done);
     }
 
     /// Loads the missing buffers among `indices` with one batch from this thread, then waits
@@ -1438,6 +1620,39 @@ impl Mapping {
     /// the cache as it was.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.core.read_into(offset, buf)
+    }
+
+    /// Visits buffers as they become available: pins each of `indices` shared and calls
+    /// `f(index, bytes)`, hits at once and misses as soon as their own reads complete, keeping
+    /// up to `depth` reads in flight from the calling thread (a graph frontier, a list of
+    /// pages to probe). On an io_uring store each completed read is replaced by the next at
+    /// once, so the device's queue stays full where [`Mapping::ensure_cached_buffers`] waits
+    /// for its slowest read. Buffers another thread is loading come last. Stops at the first
+    /// error and returns it. `f` runs while reads are in flight: it may pin, but should not
+    /// block for long.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ucache::{Cache, CacheOptions, MapOptions, store::MemoryStore};
+    /// let store = MemoryStore::new();
+    /// store.insert("graph", (0..64 * 4096).map(|i| (i / 4096) as u8).collect());
+    /// let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
+    /// let map = cache.map(Arc::new(store), "graph", MapOptions::new()).unwrap();
+    /// let mut sum = 0u64;
+    /// map.pin_each([3, 60, 7, 3], 32, |i, bytes| {
+    ///     assert_eq!(bytes[0] as u64, i);
+    ///     sum += i;
+    /// })
+    /// .unwrap();
+    /// assert_eq!(sum, 73);
+    /// ```
+    pub fn pin_each(
+        &self,
+        indices: impl IntoIterator<Item = u64>,
+        depth: usize,
+        mut f: impl FnMut(u64, &[u8]),
+    ) -> Result<()> {
+        self.core.pin_each(&mut indices.into_iter(), depth, &mut f)
     }
 
     /// Starts loading the buffers overlapping the range in the background. Missing buffers the

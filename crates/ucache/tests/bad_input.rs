@@ -246,6 +246,22 @@ fn io_errors_and_short_reads_are_reported_and_leave_the_buffer_loadable() {
         "a retry after the fault reads the right data"
     );
     assert_eq!(c.stats().read_failures, 1 + 4 + 1);
+    // A stream stops at the failure, reports it, and leaves the buffers loadable.
+    fail_reads.store(true, Ordering::Relaxed);
+    let mut visited = 0;
+    let e = m
+        .pin_each([3, 5, 6, 7], 4, |_, _| visited += 1)
+        .unwrap_err();
+    assert!(matches!(e, Error::Io { op: "read", .. }), "{e}");
+    assert_eq!(visited, 1, "only the cached buffer 3 is visited");
+    fail_reads.store(false, Ordering::Relaxed);
+    let mut sum = 0u64;
+    m.pin_each([5, 6, 7], 4, |i, b| {
+        assert!(b.iter().all(|&x| x as u64 == i));
+        sum += i;
+    })
+    .unwrap();
+    assert_eq!(sum, 18);
 }
 
 #[test]

@@ -120,3 +120,63 @@ fn writes_reach_the_file_after_msync_and_eviction() {
         m.unmap().unwrap();
     }
 }
+
+/// `pin_each` from several threads at once over data 8× the budget: every listed buffer is
+/// visited exactly once with its own bytes, on every store, while the threads' streams evict
+/// each other's buffers; and the prefetch stream of the IO worker, fed by many small
+/// `prefetch_buffers` calls, delivers the same bytes.
+#[test]
+fn pin_each_streams_visit_every_buffer_once_with_its_bytes() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = make_file(dir.path());
+    for (name, store) in stores() {
+        let cache = Cache::new(CacheOptions::new(BUFFERS * BS as u64 / 8).batch(16)).unwrap();
+        let m = cache
+            .map(store, path.to_str().unwrap(), MapOptions::new())
+            .unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let m = &m;
+                s.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(t);
+                    let list: Vec<u64> = (0..3000).map(|_| rng.gen_range(0..BUFFERS)).collect();
+                    let mut visits = std::collections::HashMap::<u64, u32>::new();
+                    m.pin_each(list.iter().copied(), 32, |i, bytes| {
+                        for w in (0..BS).step_by(8) {
+                            let v = u64::from_le_bytes(bytes[w..w + 8].try_into().unwrap());
+                            assert_eq!(v, i * BS as u64 + w as u64, "{name}: buffer {i}");
+                        }
+                        *visits.entry(i).or_default() += 1;
+                    })
+                    .unwrap();
+                    let mut want = std::collections::HashMap::<u64, u32>::new();
+                    for &i in &list {
+                        *want.entry(i).or_default() += 1;
+                    }
+                    assert_eq!(visits, want, "{name}: visits differ from the list");
+                    // The IO worker's stream: small announcements, then pins.
+                    for chunk in list.chunks(8).take(100) {
+                        m.prefetch_buffers(chunk).unwrap();
+                    }
+                    for &i in list.iter().take(800) {
+                        let g = m.pin_shared(i).unwrap();
+                        assert_eq!(
+                            u64::from_le_bytes(g[..8].try_into().unwrap()),
+                            i * BS as u64
+                        );
+                    }
+                });
+            }
+        });
+        let st = cache.stats();
+        assert!(st.misses > 0 && st.evictions > 0, "{name}: {st:?}");
+        assert!(cache.used() <= cache.budget(), "{name}");
+        // Errors stop the stream and come back typed; nothing stays claimed.
+        let e = m
+            .pin_each([1, 2, BUFFERS + 5, 3], 8, |_, _| {})
+            .unwrap_err();
+        assert!(matches!(e, ucache::Error::OutOfRange { .. }), "{name}: {e}");
+        m.unmap().unwrap();
+        assert_eq!(cache.used(), 0, "{name}");
+    }
+}

@@ -79,6 +79,10 @@ pub struct BenchArgs {
     /// thread of raw-get.
     #[arg(long, default_value_t = system::PREFETCH_BATCH)]
     pub prefetch_depth: usize,
+    /// ucache systems: buffers evicted per batch (`CacheOptions::batch`): larger batches
+    /// spread one `process_madvise` and its TLB shootdown over more misses.
+    #[arg(long, default_value_t = ucache::DEFAULT_BATCH)]
+    pub eviction_batch: usize,
     /// Data file [default: /var/tmp/ucache-bench-<data>.dat]. Must be on a real disk (not
     /// tmpfs); created or rewritten if missing, of the wrong size, or not holding the pattern.
     #[arg(long)]
@@ -169,6 +173,9 @@ impl BenchArgs {
         }
         if self.prefetch_depth == 0 {
             return Err("--prefetch-depth must be at least 1".into());
+        }
+        if !(1..=1024).contains(&self.eviction_batch) {
+            return Err("--eviction-batch must be between 1 and 1024".into());
         }
         if self.tenant_weights.len() != 2 || self.tenant_weights.contains(&0) {
             return Err("--tenant-weights takes two weights of at least 1, like 3,1".into());
@@ -366,6 +373,7 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
         "store": args.store.name(),
         "endpoint": args.endpoint,
         "prefetch_depth": args.prefetch_depth,
+        "eviction_batch": args.eviction_batch,
         "file": if s3_upload.is_some() { serde_json::Value::Null } else { json!(path) },
         "json": args.json,
         "plot": args.plot_path(),
@@ -574,7 +582,8 @@ fn run_worker(
         .args(["--seconds", &args.seconds.to_string()])
         .args(["--warmup", &args.warmup.to_string()])
         .args(["--store", args.store.name()])
-        .args(["--prefetch-depth", &args.prefetch_depth.to_string()]);
+        .args(["--prefetch-depth", &args.prefetch_depth.to_string()])
+        .args(["--eviction-batch", &args.eviction_batch.to_string()]);
     if let Some(e) = &args.endpoint {
         cmd.args(["--endpoint", e]);
     }

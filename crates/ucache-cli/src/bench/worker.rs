@@ -48,6 +48,8 @@ pub struct WorkerArgs {
     pub endpoint: Option<String>,
     #[arg(long, default_value_t = system::PREFETCH_BATCH)]
     pub prefetch_depth: usize,
+    #[arg(long, default_value_t = ucache::DEFAULT_BATCH)]
+    pub eviction_batch: usize,
     /// A cgroup directory to join before touching the data.
     #[arg(long)]
     pub cgroup: Option<PathBuf>,
@@ -380,6 +382,7 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
         store: args.store.clone(),
         endpoint: args.endpoint.clone(),
         prefetch_depth: args.prefetch_depth.max(1),
+        eviction_batch: args.eviction_batch,
         policy: args.policy.clone(),
         tenant_weights: [
             args.tenant_weights.first().copied().unwrap_or(1),

@@ -155,6 +155,46 @@ pub trait Object: Send + Sync + 'static {
         }
     }
 
+    /// Reads a stream of requests pulled from `next`, at most `depth` in flight, and hands each
+    /// one back to `done` with its result as soon as it finishes, in any order. Unlike
+    /// [`Object::read_batch`], a slow request holds nothing else back: a store that keeps
+    /// requests in flight (io_uring) refills its queue read by read, so a producer that keeps
+    /// `next` supplied keeps the device busy. `next` is asked whenever there is room; it may
+    /// answer `None` for now and have more after a completion (a queue being filled by other
+    /// threads). The call returns once `next` answers `None` with nothing in flight.
+    ///
+    /// The default pulls up to `depth` requests at a time and reads them as one
+    /// [`Object::read_batch`]. `done` must not start another batch or stream on this thread.
+    fn read_stream(
+        &self,
+        depth: usize,
+        next: &mut dyn FnMut() -> Option<IoBuf>,
+        done: &mut dyn FnMut(IoBuf, io::Result<usize>),
+    ) {
+        let depth = depth.max(1);
+        let mut reqs = Vec::with_capacity(depth);
+        let mut out = Vec::with_capacity(depth);
+        loop {
+            while reqs.len() < depth {
+                match next() {
+                    Some(r) => reqs.push(r),
+                    None => break,
+                }
+            }
+            if reqs.is_empty() {
+                return;
+            }
+            self.read_batch(&mut reqs, &mut out);
+            let mut results = out.drain(..);
+            for r in reqs.drain(..) {
+                let got = results
+                    .next()
+                    .unwrap_or_else(|| Err(io::Error::other("store returned too few results")));
+                done(r, got);
+            }
+        }
+    }
+
     /// Writes a batch; `out[i]` receives the result of `reqs[i]`.
     fn write_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<()>>) {
         out.clear();

@@ -1,8 +1,9 @@
 //! Local files read and written in batches through io_uring.
 //!
-//! The point of this store is [`Object::read_batch`] and [`Object::write_batch`]: an eviction
-//! or prefetch batch of dozens of buffers becomes one `io_uring_enter` that puts all of them in
-//! flight at once, so an NVMe drive sees a deep queue from a single thread. Single
+//! The point of this store is [`Object::read_batch`], [`Object::read_stream`] and
+//! [`Object::write_batch`]: an eviction or prefetch batch of dozens of buffers becomes one
+//! `io_uring_enter` that puts all of them in flight at once, so an NVMe drive sees a deep queue
+//! from a single thread, and a stream refills that queue as each read completes. Single
 //! [`Object::read_at`]/[`Object::write_at`] calls use plain `pread`/`pwrite` on the same
 //! descriptor: one request has nothing to overlap with, and `pread` skips the ring's
 //! bookkeeping.
@@ -153,27 +154,54 @@ impl UringObject {
     }
 
     fn batch(&self, op: Op, reqs: &[IoBuf]) -> Vec<io::Result<usize>> {
-        if reqs.is_empty() {
-            return Vec::new();
-        }
-        let ctx = Batch {
+        let mut results: Vec<Option<io::Result<usize>>> = (0..reqs.len()).map(|_| None).collect();
+        let mut pending = reqs.iter().enumerate();
+        self.stream(
+            op,
+            reqs.len(),
+            &mut || {
+                pending.next().map(|(k, r)| {
+                    // SAFETY: the caller lent us `reqs` for this call; the copy is handed back
+                    // (and dropped) before it returns.
+                    (k, unsafe { IoBuf::new(r.ptr(), r.len(), r.offset()) })
+                })
+            },
+            &mut |k, _, got| results[k] = Some(got),
+        );
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(io::Error::other("io_uring stream stopped early"))))
+            .collect()
+    }
+
+    /// Runs a stream of tagged requests through this thread's ring (see [`Stream::run`]).
+    fn stream(
+        &self,
+        op: Op,
+        depth: usize,
+        next: &mut dyn FnMut() -> Option<(usize, IoBuf)>,
+        done: &mut dyn FnMut(usize, IoBuf, io::Result<usize>),
+    ) {
+        let ctx = Stream {
             file: &self.file,
             fd: self.file.as_raw_fd(),
             op,
-            reqs,
             iopoll: self.options.iopoll,
         };
-        match with_ring(self.options.ring_key(), |ring| ctx.run(ring)) {
-            Ok(results) => results,
-            Err(e) => reqs
-                .iter()
-                .map(|_| {
+        if let Err(e) = with_ring(self.options.ring_key(), |ring| {
+            ((), ctx.run(ring, depth, next, done))
+        }) {
+            // No ring: nothing was taken from `next`, so fail the requests as they come.
+            while let Some((k, req)) = next() {
+                done(
+                    k,
+                    req,
                     Err(io::Error::new(
                         e.kind(),
                         format!("io_uring unavailable on this thread: {e}"),
-                    ))
-                })
-                .collect(),
+                    )),
+                );
+            }
         }
     }
 }
@@ -209,6 +237,20 @@ impl Object for UringObject {
         out.extend(self.batch(Op::Read, reqs));
     }
 
+    fn read_stream(
+        &self,
+        depth: usize,
+        next: &mut dyn FnMut() -> Option<IoBuf>,
+        done: &mut dyn FnMut(IoBuf, io::Result<usize>),
+    ) {
+        self.stream(
+            Op::Read,
+            depth,
+            &mut || next().map(|r| (0, r)),
+            &mut |_, r, got| done(r, got),
+        );
+    }
+
     fn write_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<()>>) {
         out.clear();
         if !self.file.is_writable() {
@@ -242,8 +284,12 @@ thread_local! {
 fn with_ring<R>(key: RingKey, f: impl FnOnce(&mut IoUring) -> (R, bool)) -> io::Result<R> {
     RINGS
         .try_with(|rings| {
-            // `f` never re-enters `with_ring`, so this borrow cannot conflict.
-            let mut rings = rings.borrow_mut();
+            // A callback of a stream on this thread (a prefetch's claim evicting a dirty
+            // buffer) may need a ring while ours is busy: it gets a ring of its own.
+            let Ok(mut rings) = rings.try_borrow_mut() else {
+                let mut ring = build_ring(key)?;
+                return Ok(f(&mut ring).0);
+            };
             let at = match rings.iter().position(|(k, _)| *k == key) {
                 Some(at) => at,
                 None => {
@@ -277,58 +323,95 @@ enum Op {
     Write,
 }
 
-/// One batch call's requests and where they go.
-struct Batch<'a> {
+/// One batch or stream call's file and operation.
+struct Stream<'a> {
     file: &'a FileObject,
     fd: RawFd,
     op: Op,
-    reqs: &'a [IoBuf],
     iopoll: bool,
 }
 
-/// Progress of one request: bytes transferred so far, and its result once finished.
+/// A request taken from the caller: its tag, its memory, and the bytes transferred so far.
 struct Slot {
+    tag: usize,
+    req: IoBuf,
     done: usize,
-    result: Option<io::Result<usize>>,
 }
 
-impl Batch<'_> {
-    /// Streams every request through `ring` and returns their results, and whether the ring
-    /// broke. Requests are refilled as completions arrive, so batches larger than the ring need
-    /// no separate chunking.
-    fn run(&self, ring: &mut IoUring) -> (Vec<io::Result<usize>>, bool) {
-        let mut slots: Vec<Slot> = self
-            .reqs
-            .iter()
-            .map(|r| Slot {
-                done: 0,
-                result: r.is_empty().then_some(Ok(0)),
-            })
-            .collect();
-        let mut queue: VecDeque<usize> = (0..self.reqs.len())
-            .filter(|&i| slots[i].result.is_none())
-            .collect();
-        let cap = ring.params().sq_entries() as usize;
+impl Stream<'_> {
+    /// Streams requests from `next` through `ring`, at most `depth` (and the ring's size) in
+    /// flight, and hands each back to `done` once it is finished. A short transfer is resubmitted
+    /// for its remainder. `next` is asked whenever there is room, so it may return `None` for
+    /// now and a request after the next completion; the stream ends when it returns `None` with
+    /// nothing in flight. Returns whether the ring broke; every request taken from `next` has
+    /// been handed back either way (failed, if the ring broke under it).
+    fn run(
+        &self,
+        ring: &mut IoUring,
+        depth: usize,
+        next: &mut dyn FnMut() -> Option<(usize, IoBuf)>,
+        done: &mut dyn FnMut(usize, IoBuf, io::Result<usize>),
+    ) -> bool {
+        let cap = (ring.params().sq_entries() as usize).min(depth.max(1));
+        let mut slots: Vec<Option<Slot>> = Vec::with_capacity(cap);
+        let mut free: Vec<usize> = Vec::new();
+        // Slots whose (rest of a) request waits to be pushed to the ring.
+        let mut queue: VecDeque<usize> = VecDeque::new();
+        let mut live = 0usize;
         let mut flight = InFlight { ring, count: 0 };
         let mut cqes = Vec::with_capacity(cap);
         let mut broken = None;
 
         loop {
-            while flight.count < cap {
-                let Some(i) = queue.pop_front() else { break };
-                let entry = self.entry(i, slots[i].done);
-                // SAFETY: the entry points into `reqs[i]`, which the `IoBuf` contract keeps valid
-                // and untouched by anyone else until this batch call returns, and `flight` makes
-                // sure it does not return while the kernel may still use an entry: every pushed
-                // entry is either reaped, or abandoned unsubmitted in a ring that is then dropped.
+            // `next` may have nothing now and more after a completion: ask it whenever there
+            // is room, and stop once it has nothing and nothing is left in flight.
+            let mut idle = false;
+            while live < cap {
+                match next() {
+                    None => {
+                        idle = true;
+                        break;
+                    }
+                    Some((tag, req)) if req.is_empty() => done(tag, req, Ok(0)),
+                    Some((tag, req)) => {
+                        let slot = Some(Slot { tag, req, done: 0 });
+                        let k = match free.pop() {
+                            Some(k) => {
+                                slots[k] = slot;
+                                k
+                            }
+                            None => {
+                                slots.push(slot);
+                                slots.len() - 1
+                            }
+                        };
+                        live += 1;
+                        queue.push_back(k);
+                    }
+                }
+            }
+            while let Some(&k) = queue.front() {
+                let Some(slot) = &slots[k] else {
+                    queue.pop_front();
+                    continue;
+                };
+                let entry = self.entry(k, slot);
+                // SAFETY: the entry points into the slot's request, which the `IoBuf` contract
+                // keeps valid and untouched by anyone else until it is handed back to `done`,
+                // and that happens only once its last entry is reaped; `flight` makes sure we
+                // do not return while the kernel may still use an entry: every pushed entry is
+                // either reaped, or abandoned unsubmitted in a ring that is then dropped.
                 if unsafe { flight.ring.submission().push(&entry) }.is_err() {
-                    queue.push_front(i);
                     break;
                 }
+                queue.pop_front();
                 flight.count += 1;
             }
             if flight.count == 0 {
-                break;
+                if live == 0 && idle {
+                    break;
+                }
+                continue;
             }
             match flight.ring.submit_and_wait(1) {
                 Ok(_) => {}
@@ -339,52 +422,65 @@ impl Batch<'_> {
                 }
             }
             flight.reap(&mut cqes);
-            for &(user_data, res) in &cqes {
-                self.complete(user_data as usize, res, &mut slots, &mut queue);
+            for &(k, res) in &cqes {
+                let k = k as usize;
+                let Some(slot) = slots[k].as_mut() else {
+                    continue;
+                };
+                match self.complete(res, slot) {
+                    None => queue.push_back(k),
+                    Some(result) => {
+                        let slot = slots[k].take().expect("slot is live");
+                        free.push(k);
+                        live -= 1;
+                        done(slot.tag, slot.req, result);
+                    }
+                }
             }
         }
 
         if let Some(e) = &broken {
-            // Every entry the kernel took must finish before we return; those it did not take
-            // die with the ring, which the caller drops because we report it broken.
+            // Every entry the kernel took must finish before its memory is handed back; those
+            // it did not take die with the ring, which the caller drops because we report it
+            // broken.
             flight.quiesce(&mut cqes);
             flight.count = 0;
-            for slot in slots.iter_mut().filter(|s| s.result.is_none()) {
-                slot.result = Some(Err(copy_error(e, "io_uring_enter failed")));
+            for slot in slots.into_iter().flatten() {
+                done(
+                    slot.tag,
+                    slot.req,
+                    Err(copy_error(e, "io_uring_enter failed")),
+                );
             }
         }
-        let results = slots
-            .into_iter()
-            .map(|s| s.result.unwrap_or(Ok(s.done)))
-            .collect();
-        (results, broken.is_some())
+        broken.is_some()
     }
 
-    /// The submission entry for the rest of request `i`, of which `done` bytes are finished.
-    fn entry(&self, i: usize, done: usize) -> io_uring::squeue::Entry {
-        let req = &self.reqs[i];
+    /// The submission entry for the rest of the request in slot `k`.
+    fn entry(&self, k: usize, slot: &Slot) -> io_uring::squeue::Entry {
+        let req = &slot.req;
         // `done < req.len()`, so the pointer stays inside the request's memory.
-        let ptr = req.ptr().wrapping_add(done);
-        let len = (req.len() - done).min(MAX_RW) as u32;
-        let offset = req.offset() + done as u64;
+        let ptr = req.ptr().wrapping_add(slot.done);
+        let len = (req.len() - slot.done).min(MAX_RW) as u32;
+        let offset = req.offset() + slot.done as u64;
         let fd = types::Fd(self.fd);
         let entry = match self.op {
             Op::Read => opcode::Read::new(fd, ptr, len).offset(offset).build(),
             Op::Write => opcode::Write::new(fd, ptr, len).offset(offset).build(),
         };
-        entry.user_data(i as u64)
+        entry.user_data(k as u64)
     }
 
-    /// Applies completion `res` to request `i`: finishes it, or queues the remainder again.
-    fn complete(&self, i: usize, res: i32, slots: &mut [Slot], queue: &mut VecDeque<usize>) {
-        let want = self.reqs[i].len();
-        let slot = &mut slots[i];
+    /// Applies completion `res` to `slot`: its final result, or `None` to submit the remainder.
+    fn complete(&self, res: i32, slot: &mut Slot) -> Option<io::Result<usize>> {
+        let want = slot.req.len();
         if res < 0 {
             let errno = -res;
             if errno == libc::EAGAIN || errno == libc::EINTR {
-                queue.push_back(i);
-            } else if errno == libc::EOPNOTSUPP && self.iopoll {
-                slot.result = Some(Err(io::Error::new(
+                return None;
+            }
+            if errno == libc::EOPNOTSUPP && self.iopoll {
+                return Some(Err(io::Error::new(
                     io::ErrorKind::Unsupported,
                     format!(
                         "io_uring iopoll is not supported for '{}': it needs O_DIRECT on a \
@@ -392,40 +488,30 @@ impl Batch<'_> {
                         self.file.name()
                     ),
                 )));
-            } else {
-                slot.result = Some(Err(io::Error::from_raw_os_error(errno)));
             }
-            return;
+            return Some(Err(io::Error::from_raw_os_error(errno)));
         }
         if res == 0 {
-            slot.result = Some(match self.op {
+            return Some(match self.op {
                 Op::Read => Ok(slot.done),
                 Op::Write => Err(io::ErrorKind::WriteZero.into()),
             });
-            return;
         }
         slot.done = (slot.done + res as usize).min(want);
         if slot.done == want {
-            slot.result = Some(Ok(want));
-            return;
+            return Some(Ok(want));
         }
         // Short transfer. For direct reads check for end of file before resubmitting an
         // unaligned remainder (see `FileObject::past_end`); otherwise the resubmission itself
         // returns 0 at end of file.
         if self.op == Op::Read && self.file.is_direct() {
-            match self.file.past_end(self.reqs[i].offset() + slot.done as u64) {
-                Ok(true) => {
-                    slot.result = Some(Ok(slot.done));
-                    return;
-                }
+            match self.file.past_end(slot.req.offset() + slot.done as u64) {
+                Ok(true) => return Some(Ok(slot.done)),
                 Ok(false) => {}
-                Err(e) => {
-                    slot.result = Some(Err(e));
-                    return;
-                }
+                Err(e) => return Some(Err(e)),
             }
         }
-        queue.push_back(i);
+        None
     }
 }
 
@@ -475,7 +561,7 @@ impl InFlight<'_> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        // Zero on every normal path; non-zero only when unwinding out of `Batch::run`.
+        // Zero on every normal path; non-zero only when unwinding out of `Stream::run`.
         let mut scratch = Vec::new();
         while self.count > 0 {
             match self.ring.submit_and_wait(1) {
@@ -569,6 +655,78 @@ mod tests {
             assert_eq!(*r.as_ref().unwrap(), 4096);
         }
         assert!(buf[..] == data[..], "batch read returned wrong bytes");
+    }
+
+    /// A stream of 300 requests with at most `depth` in flight: every request comes back once,
+    /// with its bytes, and `next` is never asked with the stream full.
+    fn check_stream_read(options: UringOptions, depth: usize) {
+        let Some(store) = store(options) else { return };
+        let dir = scratch();
+        if !dir.direct_ok() {
+            return;
+        }
+        let blocks = 300;
+        let path = dir.path().join("stream");
+        let data = write_pattern_file(&path, blocks * 4096);
+        let o = store.open_file(&path, OpenOptions::read_only()).unwrap();
+        let mut buf = AlignedBuf::new(blocks * 4096);
+        let mut reqs = requests(&mut buf, 0);
+        // Pull them in a scattered order; pause every 50 (`None` with reads in flight).
+        let order: Vec<usize> = (0..blocks).map(|k| k * 7 % blocks).collect();
+        let mut pulled = 0;
+        let outstanding = std::cell::Cell::new(0usize);
+        let mut most = 0usize;
+        let mut paused = false;
+        let mut back = vec![0u32; blocks];
+        let (out, most) = {
+            let out = std::cell::Cell::new(0usize);
+            o.read_stream(
+                depth,
+                &mut || {
+                    if pulled == blocks {
+                        return None;
+                    }
+                    if pulled % 50 == 49 && !paused && outstanding.get() > 0 {
+                        paused = true;
+                        return None;
+                    }
+                    paused = false;
+                    // SAFETY: an empty placeholder; the request itself moves into the stream.
+                    let empty = unsafe { IoBuf::new(std::ptr::null_mut(), 0, 0) };
+                    let r = std::mem::replace(&mut reqs[order[pulled]], empty);
+                    pulled += 1;
+                    outstanding.set(outstanding.get() + 1);
+                    most = most.max(outstanding.get());
+                    Some(r)
+                },
+                &mut |r, got| {
+                    assert_eq!(got.unwrap(), 4096);
+                    back[(r.offset() / 4096) as usize] += 1;
+                    outstanding.set(outstanding.get() - 1);
+                    out.set(out.get() + 1);
+                },
+            );
+            (out.get(), most)
+        };
+        assert_eq!(out, blocks);
+        assert!(
+            back.iter().all(|&n| n == 1),
+            "a request came back twice or never"
+        );
+        assert!(most <= depth, "{most} in flight with depth {depth}");
+        assert!(buf[..] == data[..], "stream read returned wrong bytes");
+    }
+
+    #[test]
+    fn stream_keeps_depth_and_returns_every_request() {
+        check_stream_read(UringOptions::default(), 16);
+        check_stream_read(
+            UringOptions {
+                entries: 8,
+                ..UringOptions::default()
+            },
+            64,
+        );
     }
 
     #[test]

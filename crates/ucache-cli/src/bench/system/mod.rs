@@ -25,7 +25,7 @@ pub use row::{parse_policy_spec, split_policy_spec, SystemRow};
 
 /// Reads raw-uring keeps in flight per thread.
 pub const URING_QUEUE_DEPTH: usize = 32;
-/// Buffers per `ensure_cached_buffers` call in ucache-prefetch by default (`--prefetch-depth`):
+/// Loads ucache-prefetch keeps in flight per thread by default (`--prefetch-depth`):
 /// the same as raw-uring's queue depth, so the two are compared at the same amount of IO in
 /// flight.
 pub const PREFETCH_BATCH: usize = 32;
@@ -35,7 +35,7 @@ pub const PREFETCH_BATCH: usize = 32;
 pub enum SystemKind {
     /// ucache, pinning one buffer per op through a guard (vmcache style).
     UcacheExplicit,
-    /// ucache, loading 32 random buffers per batch with `ensure_cached_buffers` first.
+    /// ucache, visiting random buffers through `pin_each` with 32 loads in flight per thread.
     UcachePrefetch,
     /// ucache, reading without pins: `read_optimistic`, validated by the buffer's version
     /// (lookups only; a miss takes a pin to load the buffer).
@@ -222,6 +222,8 @@ pub struct Params {
     pub endpoint: Option<String>,
     /// Buffers per batch of ucache-prefetch, requests in flight per thread of raw-get.
     pub prefetch_depth: usize,
+    /// ucache systems: buffers per eviction batch.
+    pub eviction_batch: usize,
     /// ucache systems: the policy spec of the row ([`SystemRow`]); `None` for the default.
     pub policy: Option<String>,
     /// `tenants`: [`ucache::MapOptions::weight`] of tenant A and tenant B.
