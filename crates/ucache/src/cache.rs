@@ -21,6 +21,11 @@ use crate::store::Store;
 
 /// Default buffers per eviction batch (vmcache and the paper use 64–512).
 pub const DEFAULT_BATCH: usize = 64;
+/// One IO thread per CPU, at most 4.
+fn default_io_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
+
 /// How long a loader keeps trying to free memory before it reports the budget exhausted.
 const EXHAUSTED_AFTER: Duration = Duration::from_secs(5);
 
@@ -31,6 +36,7 @@ pub struct CacheOptions {
     batch: usize,
     global: Arc<dyn GlobalPolicy>,
     profile: bool,
+    io_threads: usize,
 }
 
 impl CacheOptions {
@@ -41,7 +47,16 @@ impl CacheOptions {
             batch: DEFAULT_BATCH,
             global: Arc::new(ProportionalGlobal),
             profile: false,
+            io_threads: default_io_threads(),
         }
+    }
+    /// Threads that run asynchronous prefetches and write-backs (default: one per CPU, at most
+    /// 4). Each keeps its own stream of reads in flight and they share one queue of jobs, so a
+    /// prefetcher whose windows cost CPU (installing pages, decompressing zram) is not held to
+    /// one core. Started on first use.
+    pub fn io_threads(mut self, n: usize) -> Self {
+        self.io_threads = n;
+        self
     }
     /// Time the phases of every miss on transparent mappings (eviction, IO, install; the
     /// `fault_*_ns` statistics). Costs a few clock reads per miss.
@@ -99,6 +114,12 @@ pub(crate) struct CacheCore {
 
 impl Cache {
     pub fn new(options: CacheOptions) -> Result<Cache> {
+        if options.io_threads == 0 || options.io_threads > 64 {
+            return Err(Error::BadArgument(format!(
+                "io_threads {} must be between 1 and 64",
+                options.io_threads
+            )));
+        }
         if options.batch == 0 || options.batch > 1024 {
             return Err(Error::BadArgument(format!(
                 "eviction batch {} must be between 1 and 1024 buffers",
@@ -121,7 +142,7 @@ impl Cache {
                 stats: Stats::default(),
                 mappings: ArcSwap::from_pointee(Vec::new()),
                 next_id: AtomicU64::new(0),
-                io: IoWorker::default(),
+                io: IoWorker::new(options.io_threads),
                 profile: options.profile,
             }),
         })

@@ -1,4 +1,4 @@
-//! The background thread that completes asynchronous primitives (`prefetch`, `writeback`).
+//! The background threads that complete asynchronous primitives (`prefetch`, `writeback`).
 //!
 //! The caller claims the buffers (so their state words already say `Loading` or write-back in
 //! flight, and other threads wait on those words alone) and hands the batch over. Loads run as
@@ -28,8 +28,8 @@ pub(crate) enum Job {
     },
 }
 
-#[derive(Default)]
 pub(crate) struct IoWorker {
+    threads: usize,
     tx: OnceLock<Sender<Job>>,
 }
 
@@ -37,17 +37,28 @@ pub(crate) struct IoWorker {
 const STREAM_DEPTH: usize = 256;
 
 impl IoWorker {
+    /// `threads` workers sharing one queue, started on the first job.
+    pub(crate) fn new(threads: usize) -> Self {
+        IoWorker {
+            threads: threads.max(1),
+            tx: OnceLock::new(),
+        }
+    }
+
     pub(crate) fn submit(&self, job: Job) {
         let tx = self.tx.get_or_init(|| {
             let (tx, rx) = crossbeam_channel::unbounded::<Job>();
-            std::thread::Builder::new()
-                .name("ucache-io".into())
-                .spawn(move || serve(rx))
-                .expect("spawn ucache-io thread");
+            for k in 0..self.threads {
+                let rx = rx.clone();
+                std::thread::Builder::new()
+                    .name(format!("ucache-io-{k}"))
+                    .spawn(move || serve(rx))
+                    .expect("spawn ucache-io thread");
+            }
             tx
         });
         if let Err(e) = tx.send(job) {
-            // The receiver lives as long as the thread, which never exits while a sender
+            // The receivers live as long as the threads, which never exit while a sender
             // exists; run the job here rather than lose claimed buffers.
             run_alone(e.into_inner());
         }

@@ -38,6 +38,10 @@ use crate::stats::Counter;
 use crate::store::{IoBuf, Object, OpenOptions, Store};
 
 mod aside;
+
+/// Most bytes one run of a prefetch stream reads and installs at once (the kernel's default
+/// readahead window).
+const RUN_BYTES: usize = 128 << 10;
 use aside::AsidePool;
 
 const MIN_BUFFER: usize = 4096;
@@ -146,11 +150,12 @@ impl MapOptions {
     }
     /// Transparent mappings with the default policy only: sequential readahead (on by
     /// default), as mmap has. Code that scans with plain loads cannot ask for a prefetch, so
-    /// the mapping detects sequential misses itself (Linux's on-demand readahead: a window of
-    /// 4 buffers that doubles up to 32 while the scan continues) and loads it in the
-    /// background. `ReadAhead::asynchronous` (Linux's readahead marker) fetches each window
-    /// earlier; it measured no faster on a zram scan, so it is not the default. Random access never triggers it. A mapping given its own policy gets
-    /// readahead by wrapping it: `WithPrefetch::new(policy, ReadAhead::default())`.
+    /// the mapping detects sequential misses itself (Linux's on-demand readahead with its
+    /// asynchronous marker: a window of 16 KiB that doubles up to 1 MiB while the scan
+    /// continues, each fetched while the reader is still in the previous one; see
+    /// [`ReadAhead::transparent_default`]) and loads it in the background, one read and one
+    /// page install per 128 KiB run. Random access never triggers it. A mapping given its own
+    /// policy gets readahead by wrapping it: `WithPrefetch::new(policy, ReadAhead::default())`.
     pub fn readahead(mut self, on: bool) -> Self {
         self.readahead = on;
         self
@@ -298,7 +303,10 @@ impl MappingCore {
         let policy = Guarded::new(
             o.policy.unwrap_or_else(|| {
                 if o.transparent && o.readahead {
-                    Box::new(WithPrefetch::new(Clock::new(), ReadAhead::default()))
+                    Box::new(WithPrefetch::new(
+                        Clock::new(),
+                        ReadAhead::transparent_default(bs),
+                    ))
                 } else {
                     Box::new(Clock::new())
                 }
@@ -1071,47 +1079,102 @@ impl MappingCore {
         }
     }
 
-    /// [`MappingCore::load_stream`] reading into the region, or into `depth` staging slots at
-    /// `stage`.
+    /// [`MappingCore::load_stream`] reading into the region, or into staging slots at `stage`
+    /// (`depth` buffers in all). Consecutive indices travel as one run: one read, and on a
+    /// transparent mapping one `UFFDIO_COPY`, for up to [`RUN_BYTES`] of buffers, as a
+    /// readahead window asks.
     fn stream_into(
         &self,
         depth: usize,
         stage: Option<*mut u8>,
         next: &mut dyn FnMut() -> Option<u64>,
     ) {
-        let free = std::cell::RefCell::new((0..depth).rev().collect::<Vec<usize>>());
-        let st = self.stats();
+        let run_max = (RUN_BYTES / self.bs).clamp(1, depth);
+        let slot_bytes = run_max * self.bs;
+        let free = std::cell::RefCell::new((0..depth / run_max).rev().collect::<Vec<usize>>());
+        let mut peeked: Option<u64> = None;
         let mut pull = || -> Option<IoBuf> {
             // The store asks only with room, so a slot is free; if not, pause the stream.
             let slot = match stage {
                 Some(_) => Some(*free.borrow().last()?),
                 None => None,
             };
-            let i = next()?;
+            let first = peeked.take().or_else(&mut *next)?;
+            let mut n = 1;
+            while n < run_max {
+                match next() {
+                    Some(j) if j == first + n as u64 => n += 1,
+                    Some(j) => {
+                        peeked = Some(j);
+                        break;
+                    }
+                    None => break,
+                }
+            }
             let dest = match (stage, slot) {
                 (Some(p), Some(k)) => {
                     free.borrow_mut().pop();
-                    // SAFETY: slot k of the staging area, which holds `depth` of them.
-                    unsafe { p.add(k * self.bs) }
+                    // SAFETY: slot k of the staging area, which holds depth / run_max of them.
+                    unsafe { p.add(k * slot_bytes) }
                 }
-                _ => self.region.at((i << self.shift) as usize),
+                _ => self.region.at((first << self.shift) as usize),
             };
-            // SAFETY: buffer i is Loading and claimed by the job, or dest is a free staging
-            // slot: exclusive until the store hands the request back.
-            Some(unsafe { IoBuf::new(dest, self.bs, self.object_offset(i)) })
+            // SAFETY: buffers first..first+n are Loading and claimed by the job (and adjacent
+            // in the region), or dest is a free staging slot: exclusive until handed back.
+            Some(unsafe { IoBuf::new(dest, n * self.bs, self.object_offset(first)) })
         };
         let mut done = |req: IoBuf, got: io::Result<usize>| {
-            let i = (req.offset() - self.offset) >> self.shift;
-            if self.finish_load(i, req.ptr(), got, true, Pin::None).is_ok() {
-                st.add(Counter::Prefetches, 1);
-                st.add(Counter::BytesRead, self.bs as u64);
-            }
+            self.finish_run(&req, got);
             if let Some(p) = stage {
                 free.borrow_mut()
-                    .push((req.ptr() as usize - p as usize) / self.bs);
+                    .push((req.ptr() as usize - p as usize) / slot_bytes);
             }
         };
         self.object.read_stream(depth, &mut pull, &mut done);
+    }
+
+    /// Ends the loads of the run of buffers `req` covers, whose read returned `got`. A whole,
+    /// fully read run on a transparent mapping is installed with one `UFFDIO_COPY`; anything
+    /// else is finished buffer by buffer.
+    fn finish_run(&self, req: &IoBuf, got: io::Result<usize>) {
+        let first = (req.offset() - self.offset) >> self.shift;
+        let n = req.len() / self.bs;
+        let whole =
+            matches!(got, Ok(b) if b == req.len()) && self.valid(first + n as u64 - 1) == self.bs;
+        if n > 1 && whole && self.region.is_transparent() {
+            // SAFETY: the staging run is readable; buffers first..first+n are Loading and ours.
+            let r = unsafe {
+                self.region
+                    .install((first << self.shift) as usize, req.ptr(), req.len(), false)
+            };
+            for i in first..first + n as u64 {
+                match r {
+                    Ok(()) => self.publish(i, Pin::None, true, false),
+                    // Part of the run may be installed: fail_load drops whatever is there.
+                    Err(_) => self.fail_load(i),
+                }
+            }
+            if r.is_ok() {
+                self.stats().add(Counter::Prefetches, n as u64);
+                self.stats().add(Counter::BytesRead, req.len() as u64);
+            }
+            return;
+        }
+        for k in 0..n {
+            let got_k = match &got {
+                Ok(b) => Ok(b.saturating_sub(k * self.bs).min(self.bs)),
+                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+            };
+            // SAFETY: inside the run's memory.
+            let dest = unsafe { req.ptr().add(k * self.bs) };
+            if self
+                .finish_load(first + k as u64, dest, got_k, true, Pin::None)
+                .is_ok()
+            {
+                self.stats().add(Counter::Prefetches, 1);
+                self.stats().add(Counter::BytesRead, self.bs as u64);
+            }
+        }
     }
 
     /// Loads the missing buffers among `indices` with one batch from this thread, then waits
@@ -1446,10 +1509,17 @@ impl MappingCore {
             aside.iter().for_each(|&i| pool.release(i));
         }
         if !clean.is_empty() {
-            let ranges: Vec<(usize, usize)> = clean
-                .iter()
-                .map(|&i| ((i << self.shift) as usize, self.bs))
-                .collect();
+            // Neighbours (a scan's buffers) go as one range: one zap instead of many.
+            let mut sorted = clean.clone();
+            sorted.sort_unstable();
+            let mut ranges: Vec<(usize, usize)> = Vec::with_capacity(sorted.len());
+            for &i in &sorted {
+                let off = (i << self.shift) as usize;
+                match ranges.last_mut() {
+                    Some((o, l)) if *o + *l == off => *l += self.bs,
+                    _ => ranges.push((off, self.bs)),
+                }
+            }
             if let Err(e) = self.region.drop_ranges(&ranges) {
                 // The memory could not be dropped: keep every buffer resident and valid.
                 for &i in &clean {

@@ -203,6 +203,22 @@ impl Object for FileObject {
         }
     }
 
+    /// One synchronous read per request, each handed back before the next is taken: with
+    /// nothing to overlap, batching would only delay the first buffers. (A run of adjacent
+    /// buffers already arrives as one request.)
+    fn read_stream(
+        &self,
+        _depth: usize,
+        next: &mut dyn FnMut() -> Option<IoBuf>,
+        done: &mut dyn FnMut(IoBuf, io::Result<usize>),
+    ) {
+        while let Some(mut r) = next() {
+            let off = r.offset();
+            let got = self.read_at(r.as_mut_slice(), off);
+            done(r, got);
+        }
+    }
+
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.check_writable("write")?;
         write_full(|b, off| self.file.write_at(b, off), buf, offset)
