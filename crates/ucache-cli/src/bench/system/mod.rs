@@ -60,13 +60,17 @@ pub enum SystemKind {
     RawPsync,
     /// O_DIRECT reads, 32 in flight per thread on its own io_uring: the device's throughput.
     RawUring,
+    /// raw-uring reading into fresh memory, as a cache that recycles frames does: a sliding
+    /// arena whose used buffers are dropped 64 at a time (`MADV_DONTNEED`), so every read lands
+    /// in a newly faulted page. What the device gives a page-recycling design.
+    RawUringFresh,
     /// S3 only: ranged GETs straight into private memory, `--prefetch-depth` in flight per
     /// thread, no cache: what the server gives at the concurrency ucache-prefetch uses.
     RawGet,
 }
 
 impl SystemKind {
-    pub const ALL: [SystemKind; 12] = [
+    pub const ALL: [SystemKind; 13] = [
         SystemKind::UcacheExplicit,
         SystemKind::UcachePrefetch,
         SystemKind::UcacheOptimistic,
@@ -78,6 +82,7 @@ impl SystemKind {
         SystemKind::Pread,
         SystemKind::RawPsync,
         SystemKind::RawUring,
+        SystemKind::RawUringFresh,
         SystemKind::RawGet,
     ];
 
@@ -94,6 +99,7 @@ impl SystemKind {
             SystemKind::Pread => "pread",
             SystemKind::RawPsync => "raw-psync",
             SystemKind::RawUring => "raw-uring",
+            SystemKind::RawUringFresh => "raw-uring-fresh",
             SystemKind::RawGet => "raw-get",
         }
     }
@@ -123,6 +129,7 @@ impl SystemKind {
                 | SystemKind::Pread
                 | SystemKind::RawPsync
                 | SystemKind::RawUring
+                | SystemKind::RawUringFresh
         )
     }
 
@@ -280,7 +287,8 @@ pub fn open(kind: SystemKind, p: &Params) -> Result<Box<dyn System>, String> {
         SystemKind::Mmap => Box::new(mmap::Mmap::open(p)?),
         SystemKind::Pread => Box::new(pread::Pread::open(p)?),
         SystemKind::RawPsync => Box::new(raw_psync::RawPsync::open(p)?),
-        SystemKind::RawUring => Box::new(raw_uring::RawUring::open(p)?),
+        SystemKind::RawUring => Box::new(raw_uring::RawUring::open(p, false)?),
+        SystemKind::RawUringFresh => Box::new(raw_uring::RawUring::open(p, true)?),
         SystemKind::RawGet => Box::new(raw_get::RawGet::open(p)?),
     };
     Ok(sys)

@@ -1,6 +1,12 @@
 //! The device's throughput: each thread keeps 32 O_DIRECT reads in flight on its own io_uring.
 //! This is the ceiling ucache-prefetch aims at, since batched loading is its way past the
 //! one-request-per-thread limit of raw-psync.
+//!
+//! raw-uring-fresh reads the same way into fresh memory: slots take the next buffer of a
+//! sliding arena, and buffers well behind every read in flight are dropped 64 at a time with
+//! `MADV_DONTNEED`, as a cache that gives evicted frames back does. On this project's VM the
+//! device itself serves such reads more slowly (see docs/design.md), a cost no page-recycling
+//! design escapes.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -15,16 +21,21 @@ use crate::bench::worker::ThreadCtx;
 
 pub struct RawUring {
     file: File,
+    fresh: bool,
 }
 
+/// raw-uring-fresh: buffers in the sliding arena, and buffers dropped per `madvise`.
+const ARENA: usize = 4096;
+const DROP: usize = 64;
+
 impl RawUring {
-    pub fn open(p: &Params) -> Result<Self, String> {
+    pub fn open(p: &Params, fresh: bool) -> Result<Self, String> {
         let file = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECT)
             .open(&p.path)
             .map_err(|e| format!("open {} O_DIRECT: {e}", p.path.display()))?;
-        Ok(RawUring { file })
+        Ok(RawUring { file, fresh })
     }
 }
 
@@ -32,6 +43,46 @@ struct Slot {
     buf: AlignedBuf,
     index: u64,
     started: Option<Instant>,
+    /// Where the read in flight lands: `buf`, or (fresh) the arena buffer of sequence `seq`.
+    at: *mut u8,
+    seq: usize,
+}
+
+/// raw-uring-fresh's memory: the arena, the next sequence number, and the first sequence not
+/// yet dropped.
+struct Arena {
+    buf: AlignedBuf,
+    next: usize,
+    dropped: usize,
+}
+
+impl Arena {
+    /// The buffer for the next read, after dropping every whole group of `DROP` buffers that
+    /// lies behind all reads in flight (`oldest`) and that the arena will hand out again.
+    fn take(&mut self, bs: usize, oldest: usize) -> (*mut u8, usize) {
+        while self.dropped + DROP <= oldest.min(self.next)
+            && self.next + DROP >= self.dropped + ARENA
+        {
+            let at = (self.dropped % ARENA) * bs;
+            // SAFETY: these arena buffers hold no read in flight (all sequences in flight are
+            // at or after `oldest`) and nothing refers to them any more.
+            unsafe {
+                libc::madvise(
+                    self.buf.as_mut_ptr().add(at) as *mut libc::c_void,
+                    DROP * bs,
+                    libc::MADV_DONTNEED,
+                )
+            };
+            self.dropped += DROP;
+        }
+        let seq = self.next;
+        self.next += 1;
+        // SAFETY: inside the arena of ARENA buffers.
+        (
+            unsafe { self.buf.as_mut_ptr().add((seq % ARENA) * bs) },
+            seq,
+        )
+    }
 }
 
 impl System for RawUring {
@@ -42,24 +93,42 @@ impl System for RawUring {
         let fd = types::Fd(self.file.as_raw_fd());
         let mut slots: Vec<Slot> = (0..QUEUE_DEPTH)
             .map(|_| Slot {
-                buf: AlignedBuf::new(bs),
+                buf: AlignedBuf::new(if self.fresh { 0 } else { bs }),
                 index: 0,
                 started: None,
+                at: std::ptr::null_mut(),
+                seq: usize::MAX,
             })
             .collect();
+        let mut arena = self.fresh.then(|| Arena {
+            buf: AlignedBuf::new(ARENA * bs),
+            next: 0,
+            dropped: 0,
+        });
         let mut done: Vec<(usize, i32)> = Vec::with_capacity(QUEUE_DEPTH);
         let mut in_flight = 0usize;
         let mut error = None;
 
-        let submit = |ctx: &mut ThreadCtx, ring: &mut IoUring, slot: usize, s: &mut Slot| {
+        // `oldest`: the lowest arena sequence of the other reads in flight.
+        let submit = |ctx: &mut ThreadCtx,
+                      ring: &mut IoUring,
+                      arena: &mut Option<Arena>,
+                      oldest: usize,
+                      slot: usize,
+                      s: &mut Slot| {
             s.index = ctx.next_index();
             s.started = ctx.sample();
-            let sqe = opcode::Read::new(fd, s.buf.as_mut_ptr(), bs as u32)
+            (s.at, s.seq) = match arena {
+                Some(a) => a.take(bs, oldest),
+                None => (s.buf.as_mut_ptr(), usize::MAX),
+            };
+            let sqe = opcode::Read::new(fd, s.at, bs as u32)
                 .offset(s.index * bs as u64)
                 .build()
                 .user_data(slot as u64);
-            // SAFETY: the slot's buffer stays alive and untouched until its completion is reaped,
-            // and the loop below never returns while reads are in flight.
+            // SAFETY: the slot's buffer (or arena buffer, which is dropped only once behind every
+            // read in flight) stays alive and untouched until its completion is reaped, and the
+            // loop below never returns while reads are in flight.
             unsafe {
                 ring.submission()
                     .push(&sqe)
@@ -68,7 +137,7 @@ impl System for RawUring {
         };
 
         for (i, s) in slots.iter_mut().enumerate() {
-            submit(ctx, &mut ring, i, s);
+            submit(ctx, &mut ring, &mut arena, 0, i, s);
             in_flight += 1;
         }
         while in_flight > 0 {
@@ -88,6 +157,8 @@ impl System for RawUring {
             );
             for &(slot, res) in &done {
                 in_flight -= 1;
+                slots[slot].seq = usize::MAX;
+                let oldest = slots.iter().map(|s| s.seq).min().unwrap_or(usize::MAX);
                 let s = &mut slots[slot];
                 if res < 0 || res as usize != bs {
                     error.get_or_insert_with(|| {
@@ -103,10 +174,13 @@ impl System for RawUring {
                     });
                     continue;
                 }
-                ctx.touch(&s.buf, s.index);
+                // SAFETY: the read into `at` (bs bytes of the slot's buffer or of the arena)
+                // has completed and nothing else writes there.
+                let got = unsafe { std::slice::from_raw_parts(s.at, bs) };
+                ctx.touch(got, s.index);
                 ctx.done(1, s.started);
                 if ctx.running() && error.is_none() {
-                    submit(ctx, &mut ring, slot, s);
+                    submit(ctx, &mut ring, &mut arena, oldest, slot, s);
                     in_flight += 1;
                 }
             }
