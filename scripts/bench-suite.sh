@@ -8,7 +8,7 @@ mkdir -p "$OUT"
 cargo build --release -p ucache-cli
 U=target/release/ucache
 S=${SECONDS_PER_RUN:-5}
-ALL=ucache-explicit,ucache-prefetch,ucache-optimistic,mmap,pread,raw-psync,raw-uring
+ALL=ucache-explicit,ucache-prefetch,ucache-optimistic,mmap,pread,raw-psync,raw-uring,raw-uring-fresh
 
 # Out of memory on the virtio disk (device-bound): data 8x the budget.
 for t in 2 16; do

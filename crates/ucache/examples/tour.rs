@@ -78,6 +78,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Explicit primitives over byte ranges.
     table.prefetch(0, 1 << 20)?; // background, many reads in flight
     table.ensure_cached(1 << 20, 1 << 20)?; // one batch, returns when resident
+                                            // A stream: each buffer is visited the moment its own read lands, 32 reads in flight.
+    let mut sum = 0;
+    let scattered: Vec<u64> = (0..table.buffers()).step_by(13).collect();
+    table.pin_each(scattered.iter().copied(), 32, |i, b| {
+        assert_eq!(u64::from_le_bytes(b[..8].try_into().unwrap()), i);
+        sum += i;
+    })?;
+    assert_eq!(sum, scattered.iter().sum::<u64>());
     table.msync(0, table.len())?; // durable when it returns
     table.evict(0, 2 << 20)?; // drop a range now
 
