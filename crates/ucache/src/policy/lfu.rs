@@ -67,7 +67,7 @@ impl Lfu {
         Self::default()
     }
 
-    /// Samples `k` residents per victim (clamped to 1..=[`MAX_SAMPLES`]).
+    /// Samples `k` residents per victim (clamped to 1..=`MAX_SAMPLES`).
     pub fn with_samples(k: usize) -> Self {
         Lfu {
             samples: k.clamp(1, MAX_SAMPLES),

@@ -1,0 +1,239 @@
+//! Loads as store streams ([`Object::read_stream`](crate::store::Object::read_stream)): reads refilled one by one as they complete,
+//! each buffer published the moment its own read lands. `pin_each` runs one on the calling
+//! thread; the IO threads run one per prefetch job, taking in later jobs of the same mapping
+//! while reads are in flight. Adjacent buffers travel as one run.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{with_staging, MappingCore};
+use crate::error::{Error, Result};
+use crate::guard::SharedGuard;
+use crate::state::{Phase, Pin};
+use crate::stats::Counter;
+use crate::store::IoBuf;
+
+/// Most bytes one run of a prefetch stream reads and installs at once (the kernel's default
+/// readahead window).
+const RUN_BYTES: usize = 128 << 10;
+
+impl MappingCore {
+    /// Visits buffers as they become available: pins each of `indices` shared and calls `f` on
+    /// it, hits at once, misses as their own reads complete, with up to `depth` reads in flight
+    /// from this thread (refilled read by read on an io_uring store). Buffers another thread is
+    /// loading are visited last. Stops at the first error (an index out of range, a failed
+    /// read, memory that cannot be freed) and returns it; buffers already in flight are still
+    /// loaded. A transparent mapping visits them one pin at a time.
+    pub(crate) fn pin_each(
+        self: &Arc<Self>,
+        indices: &mut dyn Iterator<Item = u64>,
+        depth: usize,
+        f: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<()> {
+        if self.region.is_transparent() {
+            for i in indices {
+                let g = self.pin_shared(i)?;
+                f(i, &g[..]);
+            }
+            return Ok(());
+        }
+        let failed: std::cell::RefCell<Option<Error>> = std::cell::RefCell::new(None);
+        let mut later = Vec::new();
+        let f = std::cell::RefCell::new(f);
+        let mut pull = || -> Option<IoBuf> {
+            while failed.borrow().is_none() {
+                let i = indices.next()?;
+                let claim = self.slot(i).and_then(|s| {
+                    let w = s.load();
+                    if w.phase() == Phase::Cached {
+                        let g = self.pin_shared(i)?;
+                        (f.borrow_mut())(i, &g[..]);
+                        return Ok(false);
+                    }
+                    match w.begin_load() {
+                        Some(l) if s.cas(w, l).is_ok() => {}
+                        _ => {
+                            later.push(i);
+                            return Ok(false);
+                        }
+                    }
+                    self.policy.on_miss(i);
+                    if let Err(e) = self.cache.reserve(self.bs as u64) {
+                        let _ = s.update(|w| Some(w.abort_load()));
+                        return Err(e);
+                    }
+                    self.resident.fetch_add(1, Ordering::Relaxed);
+                    Ok(true)
+                });
+                match claim {
+                    // SAFETY: buffer i is Loading and ours until the store hands it back.
+                    Ok(true) => {
+                        return Some(unsafe {
+                            IoBuf::new(
+                                self.region.at((i << self.shift) as usize),
+                                self.bs,
+                                self.object_offset(i),
+                            )
+                        })
+                    }
+                    Ok(false) => {}
+                    Err(e) => *failed.borrow_mut() = Some(e),
+                }
+            }
+            None
+        };
+        let st = self.stats();
+        let mut done = |req: IoBuf, got: io::Result<usize>| {
+            let i = (req.offset() - self.offset) >> self.shift;
+            match self.finish_load(i, req.ptr(), got, false, Pin::Shared) {
+                Ok(()) => {
+                    st.add(Counter::Misses, 1);
+                    st.add(Counter::BytesRead, self.bs as u64);
+                    // SAFETY: published with our shared pin, which the guard now owns.
+                    let g = unsafe { SharedGuard::new(self, i, req.ptr(), self.valid(i)) };
+                    (f.borrow_mut())(i, &g[..]);
+                }
+                Err(e) => {
+                    failed.borrow_mut().get_or_insert(e);
+                }
+            }
+        };
+        self.object.read_stream(depth, &mut pull, &mut done);
+        if let Some(e) = failed.into_inner() {
+            return Err(e);
+        }
+        let f = f.into_inner();
+        for i in later {
+            let g = self.pin_shared(i)?;
+            f(i, &g[..]);
+        }
+        Ok(())
+    }
+
+    /// Loads claimed buffers pulled from `next` as one store stream (the IO worker's
+    /// prefetches): up to `depth` reads in flight, refilled read by read, each buffer published
+    /// the moment its own read completes, so a thread waiting on one buffer waits for that read
+    /// alone and the device never drains between batches. `next` may answer `None` for now and
+    /// more later (see [`Object::read_stream`](crate::store::Object::read_stream)); the call returns once it has nothing and no
+    /// read is in flight. Failures are counted; the buffers stay evicted.
+    pub(crate) fn load_stream(&self, depth: usize, next: &mut dyn FnMut() -> Option<u64>) {
+        let depth = if self.region.is_transparent() {
+            // Staging for every read in flight: cap it at 16 MiB.
+            depth.min(((16 << 20) / self.bs).max(1))
+        } else {
+            depth
+        }
+        .max(1);
+        if self.region.is_transparent() {
+            // Staging allocation failure: nothing was claimed from `next` yet, so the buffers
+            // are loaded one by one (still installed from staging) instead.
+            let staged = with_staging(depth * self.bs, |p| self.stream_into(depth, Some(p), next));
+            if staged.is_err() {
+                while let Some(i) = next() {
+                    let _ = self.load_claimed(&[i], true);
+                }
+            }
+        } else {
+            self.stream_into(depth, None, next);
+        }
+    }
+
+    /// [`MappingCore::load_stream`] reading into the region, or into staging slots at `stage`
+    /// (`depth` buffers in all). Consecutive indices travel as one run: one read, and on a
+    /// transparent mapping one `UFFDIO_COPY`, for up to [`RUN_BYTES`] of buffers, as a
+    /// readahead window asks.
+    fn stream_into(
+        &self,
+        depth: usize,
+        stage: Option<*mut u8>,
+        next: &mut dyn FnMut() -> Option<u64>,
+    ) {
+        let run_max = (RUN_BYTES / self.bs).clamp(1, depth);
+        let slot_bytes = run_max * self.bs;
+        let free = std::cell::RefCell::new((0..depth / run_max).rev().collect::<Vec<usize>>());
+        let mut peeked: Option<u64> = None;
+        let mut pull = || -> Option<IoBuf> {
+            // The store asks only with room, so a slot is free; if not, pause the stream.
+            let slot = match stage {
+                Some(_) => Some(*free.borrow().last()?),
+                None => None,
+            };
+            let first = peeked.take().or_else(&mut *next)?;
+            let mut n = 1;
+            while n < run_max {
+                match next() {
+                    Some(j) if j == first + n as u64 => n += 1,
+                    Some(j) => {
+                        peeked = Some(j);
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            let dest = match (stage, slot) {
+                (Some(p), Some(k)) => {
+                    free.borrow_mut().pop();
+                    // SAFETY: slot k of the staging area, which holds depth / run_max of them.
+                    unsafe { p.add(k * slot_bytes) }
+                }
+                _ => self.region.at((first << self.shift) as usize),
+            };
+            // SAFETY: buffers first..first+n are Loading and claimed by the job (and adjacent
+            // in the region), or dest is a free staging slot: exclusive until handed back.
+            Some(unsafe { IoBuf::new(dest, n * self.bs, self.object_offset(first)) })
+        };
+        let mut done = |req: IoBuf, got: io::Result<usize>| {
+            self.finish_run(&req, got);
+            if let Some(p) = stage {
+                free.borrow_mut()
+                    .push((req.ptr() as usize - p as usize) / slot_bytes);
+            }
+        };
+        self.object.read_stream(depth, &mut pull, &mut done);
+    }
+
+    /// Ends the loads of the run of buffers `req` covers, whose read returned `got`. A whole,
+    /// fully read run on a transparent mapping is installed with one `UFFDIO_COPY`; anything
+    /// else is finished buffer by buffer.
+    fn finish_run(&self, req: &IoBuf, got: io::Result<usize>) {
+        let first = (req.offset() - self.offset) >> self.shift;
+        let n = req.len() / self.bs;
+        let whole =
+            matches!(got, Ok(b) if b == req.len()) && self.valid(first + n as u64 - 1) == self.bs;
+        if n > 1 && whole && self.region.is_transparent() {
+            // SAFETY: the staging run is readable; buffers first..first+n are Loading and ours.
+            let r = unsafe {
+                self.region
+                    .install((first << self.shift) as usize, req.ptr(), req.len(), false)
+            };
+            for i in first..first + n as u64 {
+                match r {
+                    Ok(()) => self.publish(i, Pin::None, true, false),
+                    // Part of the run may be installed: fail_load drops whatever is there.
+                    Err(_) => self.fail_load(i),
+                }
+            }
+            if r.is_ok() {
+                self.stats().add(Counter::Prefetches, n as u64);
+                self.stats().add(Counter::BytesRead, req.len() as u64);
+            }
+            return;
+        }
+        for k in 0..n {
+            let got_k = match &got {
+                Ok(b) => Ok(b.saturating_sub(k * self.bs).min(self.bs)),
+                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+            };
+            // SAFETY: inside the run's memory.
+            let dest = unsafe { req.ptr().add(k * self.bs) };
+            if self
+                .finish_load(first + k as u64, dest, got_k, true, Pin::None)
+                .is_ok()
+            {
+                self.stats().add(Counter::Prefetches, 1);
+                self.stats().add(Counter::BytesRead, self.bs as u64);
+            }
+        }
+    }
+}
