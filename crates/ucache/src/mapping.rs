@@ -165,10 +165,11 @@ impl MapOptions {
     }
 
     /// This mapping's claim on the shared budget relative to the cache's other mappings
-    /// (default 1; 0 is refused by [`crate::Cache::map`]). The default global policy evicts first from the mapping most
-    /// over its weighted share, so a tenant that streams through new buffers (a scan) cannot
-    /// push out one whose working set is reused: with weights 3 and 1 the first keeps three
-    /// quarters of the memory the two hold, however fast the second loads.
+    /// (default 1; 0 is refused by [`crate::Cache::map`]). The default global policy evicts
+    /// first from the mapping most over its weighted share, so a tenant that streams through
+    /// new buffers (a scan) cannot push out one whose working set is reused: with weights 3
+    /// and 1 the first keeps three quarters of the memory the two hold, however fast the
+    /// second loads.
     pub fn weight(mut self, weight: u32) -> Self {
         self.weight = weight;
         self

@@ -1,7 +1,9 @@
-//! Loads as store streams ([`Object::read_stream`](crate::store::Object::read_stream)): reads refilled one by one as they complete,
-//! each buffer published the moment its own read lands. `pin_each` runs one on the calling
-//! thread; the IO threads run one per prefetch job, taking in later jobs of the same mapping
-//! while reads are in flight. Adjacent buffers travel as one run.
+//! Loads as store streams ([`Object::read_stream`]): reads refilled one by one as they
+//! complete, each buffer published the moment its own read lands. `pin_each` runs one on the
+//! calling thread; the IO threads run one per prefetch job, taking in later jobs of the same
+//! mapping while reads are in flight. Adjacent buffers travel as one run.
+//!
+//! [`Object::read_stream`]: crate::store::Object::read_stream
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -115,8 +117,10 @@ impl MappingCore {
     /// prefetches): up to `depth` reads in flight, refilled read by read, each buffer published
     /// the moment its own read completes, so a thread waiting on one buffer waits for that read
     /// alone and the device never drains between batches. `next` may answer `None` for now and
-    /// more later (see [`Object::read_stream`](crate::store::Object::read_stream)); the call returns once it has nothing and no
+    /// more later (see [`Object::read_stream`]); the call returns once it has nothing and no
     /// read is in flight. Failures are counted; the buffers stay evicted.
+    ///
+    /// [`Object::read_stream`]: crate::store::Object::read_stream
     pub(crate) fn load_stream(&self, depth: usize, next: &mut dyn FnMut() -> Option<u64>) {
         let depth = if self.region.is_transparent() {
             // Staging for every read in flight: cap it at 16 MiB.
