@@ -45,7 +45,8 @@ How to read it:
 - ucache-transparent runs mmap's very loop (plain loads through a pointer) over a transparent
   ucache mapping: misses fault into ucache's SIGBUS handler on the faulting thread.
 - raw-uring keeps 32 reads in flight per thread: the device's throughput. ucache-prefetch
-  issues the same 32-buffer batches through ensure_cached_buffers, so compare those two.
+  keeps the same 32 loads in flight through one pin_each stream per thread, so compare
+  those two.
 - others' CPU % is what other processes on this machine used during each run; figures taken
   while it is high are not comparable with quieter ones. Compare ratios within one run.
 For other sizes, thread counts (16 threads on 2 cores is a fine test), the seq workload or

@@ -75,8 +75,8 @@ pub struct BenchArgs {
     /// S3 endpoint for --store s3://… (default: AWS_ENDPOINT_URL or UCACHE_S3_ENDPOINT).
     #[arg(long)]
     pub endpoint: Option<String>,
-    /// Buffers per ensure_cached_buffers batch of ucache-prefetch, and GETs in flight per
-    /// thread of raw-get.
+    /// Loads in flight per thread of ucache-prefetch (its `pin_each` depth), and GETs in
+    /// flight per thread of raw-get.
     #[arg(long, default_value_t = system::PREFETCH_BATCH)]
     pub prefetch_depth: usize,
     /// ucache systems: buffers evicted per batch (`CacheOptions::batch`): larger batches
