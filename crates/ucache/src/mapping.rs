@@ -1477,9 +1477,10 @@ impl Mapping {
     /// up to `depth` reads in flight from the calling thread (a graph frontier, a list of
     /// pages to probe). On an io_uring store each completed read is replaced by the next at
     /// once, so the device's queue stays full where [`Mapping::ensure_cached_buffers`] waits
-    /// for its slowest read. Buffers another thread is loading come last. Stops at the first
-    /// error and returns it. `f` runs while reads are in flight: it may pin, but should not
-    /// block for long.
+    /// for its slowest read. Buffers another thread is loading come last. While reads are in
+    /// flight the stream never waits for memory: a `depth` larger than the budget allows
+    /// pauses until a visited buffer can be evicted. Stops at the first error and returns it.
+    /// `f` runs while reads are in flight: it may pin, but should not block for long.
     ///
     /// ```
     /// # use std::sync::Arc;

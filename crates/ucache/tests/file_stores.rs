@@ -180,3 +180,35 @@ fn pin_each_streams_visit_every_buffer_once_with_its_bytes() {
         assert_eq!(cache.used(), 0, "{name}");
     }
 }
+
+/// A stream deeper than the whole budget: with reads in flight it never waits for memory, so
+/// it pauses until a visited buffer can be evicted instead of exhausting the budget.
+#[test]
+fn pin_each_deeper_than_the_budget_pauses_instead_of_failing() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = make_file(dir.path());
+    for (name, store) in stores() {
+        let cache = Cache::new(CacheOptions::new(4 * BS as u64).batch(1)).unwrap();
+        let m = cache
+            .map(store, path.to_str().unwrap(), MapOptions::new())
+            .unwrap();
+        let list: Vec<u64> = (0..300).map(|k| k * 37 % BUFFERS).collect();
+        let t = std::time::Instant::now();
+        let mut seen = 0;
+        m.pin_each(list.iter().copied(), 32, |i, b| {
+            assert_eq!(
+                u64::from_le_bytes(b[..8].try_into().unwrap()),
+                i * BS as u64
+            );
+            seen += 1;
+        })
+        .unwrap();
+        assert_eq!(seen, list.len(), "{name}");
+        assert!(cache.used() <= cache.budget(), "{name}");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(4),
+            "{name}: the stream waited for memory ({:?})",
+            t.elapsed()
+        );
+    }
+}

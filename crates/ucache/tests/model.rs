@@ -213,3 +213,28 @@ fn set_aside_restore_and_evict_race_safely() {
         "the schedules reached both transitions"
     );
 }
+
+/// `pin_each` with a budget of one buffer and two reads allowed in flight, racing a pin of
+/// the same buffers: the stream pauses for memory instead of exhausting it, every visit sees
+/// its buffer's bytes, and the buffer the other thread loads is visited after its load.
+#[test]
+fn pin_each_races_pins_within_a_one_buffer_budget() {
+    check(|| {
+        let (_, cache, m) = setup(3);
+        let other = {
+            let m = m.clone();
+            thread::spawn(move || assert_eq!(m.pin_shared(1).unwrap()[0], 1))
+        };
+        let mut seen = Vec::new();
+        m.pin_each([0, 1, 2, 1], 2, |i, b| {
+            assert_eq!(b[0] as u64, i);
+            assert_eq!(b[BS - 1] as u64, i);
+            seen.push(i);
+        })
+        .unwrap();
+        other.join().unwrap();
+        seen.sort_unstable();
+        assert_eq!(seen, vec![0, 1, 1, 2]);
+        assert!(cache.used() <= cache.budget());
+    });
+}

@@ -43,43 +43,62 @@ impl MappingCore {
         let failed: std::cell::RefCell<Option<Error>> = std::cell::RefCell::new(None);
         let mut later = Vec::new();
         let f = std::cell::RefCell::new(f);
+        // Reads in flight, and an index whose claim waits for memory those reads will free.
+        let in_flight = std::cell::Cell::new(0usize);
+        let mut retry: Option<u64> = None;
         let mut pull = || -> Option<IoBuf> {
             while failed.borrow().is_none() {
-                let i = indices.next()?;
+                let i = match retry.take() {
+                    Some(i) => i,
+                    None => indices.next()?,
+                };
                 let claim = self.slot(i).and_then(|s| {
                     let w = s.load();
                     if w.phase() == Phase::Cached {
                         let g = self.pin_shared(i)?;
                         (f.borrow_mut())(i, &g[..]);
-                        return Ok(false);
+                        return Ok(Some(false));
                     }
                     match w.begin_load() {
                         Some(l) if s.cas(w, l).is_ok() => {}
                         _ => {
                             later.push(i);
-                            return Ok(false);
+                            return Ok(Some(false));
                         }
                     }
-                    self.policy.on_miss(i);
-                    if let Err(e) = self.cache.reserve(self.bs as u64) {
+                    // With reads in flight, never wait for memory: a budget smaller than the
+                    // stream's depth is freed by those very reads once visited, so pause
+                    // until one completes. With none, wait as a demand miss does.
+                    if in_flight.get() > 0 {
+                        if !self.cache.try_reserve(self.bs as u64) {
+                            let _ = s.update(|w| Some(w.abort_load()));
+                            return Ok(None);
+                        }
+                    } else if let Err(e) = self.cache.reserve(self.bs as u64) {
                         let _ = s.update(|w| Some(w.abort_load()));
                         return Err(e);
                     }
+                    self.policy.on_miss(i);
                     self.resident.fetch_add(1, Ordering::Relaxed);
-                    Ok(true)
+                    Ok(Some(true))
                 });
                 match claim {
                     // SAFETY: buffer i is Loading and ours until the store hands it back.
-                    Ok(true) => {
+                    Ok(Some(true)) => {
+                        in_flight.set(in_flight.get() + 1);
                         return Some(unsafe {
                             IoBuf::new(
                                 self.region.at((i << self.shift) as usize),
                                 self.bs,
                                 self.object_offset(i),
                             )
-                        })
+                        });
                     }
-                    Ok(false) => {}
+                    Ok(Some(false)) => {}
+                    Ok(None) => {
+                        retry = Some(i);
+                        return None;
+                    }
                     Err(e) => *failed.borrow_mut() = Some(e),
                 }
             }
@@ -87,6 +106,7 @@ impl MappingCore {
         };
         let st = self.stats();
         let mut done = |req: IoBuf, got: io::Result<usize>| {
+            in_flight.set(in_flight.get() - 1);
             let i = (req.offset() - self.offset) >> self.shift;
             match self.finish_load(i, req.ptr(), got, false, Pin::Shared) {
                 Ok(()) => {
