@@ -314,3 +314,54 @@ fn unpinned_exclusive_write_without_changes_is_clean() {
         "reading through an exclusive guard dirties nothing"
     );
 }
+
+/// Background prefetches travel as runs (one read for adjacent buffers). A failed run and a
+/// short one are settled buffer by buffer: the fully read buffers are published, the others
+/// go back to evicted with their budget, and once the store recovers every buffer loads with
+/// its own bytes.
+#[test]
+fn failed_and_short_prefetch_runs_are_settled_buffer_by_buffer() {
+    use ucache::store::FaultStore;
+    let inner = store_with("o", 64 * BS);
+    let faults = FaultStore::new(Arc::new(inner));
+    let config = faults.config().clone();
+    let c = Cache::new(CacheOptions::new(64 * BS as u64).batch(8)).unwrap();
+    let m = c.map(Arc::new(faults), "o", MapOptions::new()).unwrap();
+    let settled = |failures: u64, prefetches: u64| {
+        let t = std::time::Instant::now();
+        while c.stats().read_failures < failures || c.stats().prefetches < prefetches {
+            assert!(
+                t.elapsed().as_secs() < 10,
+                "prefetch never settled: {:?}",
+                c.stats()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // Every buffer is out of Loading once its run is settled.
+        while (0..32).any(|i| m.state(i).unwrap().phase() == ucache::state::Phase::Loading) {
+            std::thread::yield_now();
+        }
+    };
+    config.fail_reads.store(true, Ordering::Relaxed);
+    m.prefetch(0, 32 * BS as u64).unwrap();
+    settled(32, 0);
+    assert_eq!(c.used(), 0, "failed loads give their budget back");
+    config.fail_reads.store(false, Ordering::Relaxed);
+    config.short_reads.store(true, Ordering::Relaxed);
+    m.prefetch(0, 32 * BS as u64).unwrap();
+    settled(32 + 16, 16);
+    let cached: Vec<u64> = (0..32)
+        .filter(|&i| m.state(i).unwrap().phase() == ucache::state::Phase::Cached)
+        .collect();
+    assert_eq!(
+        cached,
+        (0..16).collect::<Vec<_>>(),
+        "the half the short read covered"
+    );
+    assert_eq!(c.used(), 16 * BS as u64);
+    config.short_reads.store(false, Ordering::Relaxed);
+    for i in 0..32u64 {
+        let g = m.pin_shared(i).unwrap();
+        assert!(g.iter().all(|&b| b as u64 == i), "buffer {i}");
+    }
+}
