@@ -578,12 +578,8 @@ impl MappingCore {
         // not evict others (or this very buffer, once loaded by someone else) for nothing.
         self.policy.on_miss(i);
         let t = self.clock();
-        if let Err(e) = self.cache.reserve(self.bs as u64) {
-            let _ = s.update(|w| Some(w.abort_load()));
-            return Err(e);
-        }
+        self.reserve_claimed(s, true)?;
         self.lap(t, Counter::FaultEvictNs);
-        self.resident.fetch_add(1, Ordering::Relaxed);
         let t0 = Instant::now();
         match self.read_claimed(i, dirty) {
             Ok(()) => {
@@ -824,22 +820,38 @@ impl MappingCore {
             if demand {
                 self.policy.on_miss(i);
             }
-            if !demand {
-                // A prefetch never waits for memory: when nothing can be evicted now (the
-                // budget is held by pins or by this very batch's loads), it stops here.
-                if !self.cache.try_reserve(self.bs as u64) {
-                    let _ = s.update(|w| Some(w.abort_load()));
-                    break;
+            // A prefetch never waits for memory: when nothing can be evicted now (the budget is
+            // held by pins or by this very batch's loads), it stops here.
+            match self.reserve_claimed(s, demand) {
+                Ok(true) => claimed.push(i),
+                Ok(false) => break,
+                Err(e) => {
+                    self.abandon_claims(&claimed);
+                    return Err(e);
                 }
-            } else if let Err(e) = self.cache.reserve(self.bs as u64) {
-                let _ = s.update(|w| Some(w.abort_load()));
-                self.abandon_claims(&claimed);
-                return Err(e);
             }
-            self.resident.fetch_add(1, Ordering::Relaxed);
-            claimed.push(i);
         }
         Ok((claimed, others))
+    }
+
+    /// Reserves the budget for a buffer this thread just claimed (`Loading`), waiting for
+    /// memory if `wait`, else giving up at once (`Ok(false)`). On failure the claim is undone.
+    fn reserve_claimed(&self, s: &BufferState, wait: bool) -> Result<bool> {
+        let got = if wait {
+            self.cache.reserve(self.bs as u64).map(|()| true)
+        } else {
+            Ok(self.cache.try_reserve(self.bs as u64))
+        };
+        match got {
+            Ok(true) => {
+                self.resident.fetch_add(1, Ordering::Relaxed);
+                Ok(true)
+            }
+            other => {
+                let _ = s.update(|w| Some(w.abort_load()));
+                other
+            }
+        }
     }
 
     fn abandon_claims(&self, claimed: &[u64]) {
@@ -1290,10 +1302,9 @@ impl MappingCore {
         }
         if !clean.is_empty() {
             // Neighbours (a scan's buffers) go as one range: one zap instead of many.
-            let mut sorted = clean.clone();
-            sorted.sort_unstable();
-            let mut ranges: Vec<(usize, usize)> = Vec::with_capacity(sorted.len());
-            for &i in &sorted {
+            clean.sort_unstable();
+            let mut ranges: Vec<(usize, usize)> = Vec::with_capacity(clean.len());
+            for &i in &clean {
                 let off = (i << self.shift) as usize;
                 match ranges.last_mut() {
                     Some((o, l)) if *o + *l == off => *l += self.bs,

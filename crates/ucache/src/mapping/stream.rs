@@ -6,7 +6,6 @@
 //! [`Object::read_stream`]: crate::store::Object::read_stream
 
 use std::io;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{with_staging, MappingCore};
@@ -19,6 +18,18 @@ use crate::store::IoBuf;
 /// Most bytes one run of a prefetch stream reads and installs at once (the kernel's default
 /// readahead window).
 const RUN_BYTES: usize = 128 << 10;
+
+/// What `pin_each` did with one index.
+enum Step {
+    /// Cached: visited at once.
+    Visited,
+    /// Another thread is loading (or evicting) it: visit it after the stream.
+    Later,
+    /// Claimed with its budget: its read goes into the stream.
+    Claimed,
+    /// Claimable, but no memory until a read in flight is visited: retry after a completion.
+    NoRoom,
+}
 
 impl MappingCore {
     /// Visits buffers as they become available: pins each of `indices` shared and calls `f` on
@@ -52,40 +63,30 @@ impl MappingCore {
                     Some(i) => i,
                     None => indices.next()?,
                 };
-                let claim = self.slot(i).and_then(|s| {
+                let step = self.slot(i).and_then(|s| {
                     let w = s.load();
                     if w.phase() == Phase::Cached {
                         let g = self.pin_shared(i)?;
                         (f.borrow_mut())(i, &g[..]);
-                        return Ok(Some(false));
+                        return Ok(Step::Visited);
                     }
                     match w.begin_load() {
                         Some(l) if s.cas(w, l).is_ok() => {}
-                        _ => {
-                            later.push(i);
-                            return Ok(Some(false));
-                        }
+                        _ => return Ok(Step::Later),
                     }
                     // With reads in flight, never wait for memory: a budget smaller than the
                     // stream's depth is freed by those very reads once visited, so pause
                     // until one completes. With none, wait as a demand miss does.
-                    if in_flight.get() > 0 {
-                        if !self.cache.try_reserve(self.bs as u64) {
-                            let _ = s.update(|w| Some(w.abort_load()));
-                            return Ok(None);
-                        }
-                    } else if let Err(e) = self.cache.reserve(self.bs as u64) {
-                        let _ = s.update(|w| Some(w.abort_load()));
-                        return Err(e);
+                    if !self.reserve_claimed(s, in_flight.get() == 0)? {
+                        return Ok(Step::NoRoom);
                     }
                     self.policy.on_miss(i);
-                    self.resident.fetch_add(1, Ordering::Relaxed);
-                    Ok(Some(true))
+                    Ok(Step::Claimed)
                 });
-                match claim {
-                    // SAFETY: buffer i is Loading and ours until the store hands it back.
-                    Ok(Some(true)) => {
+                match step {
+                    Ok(Step::Claimed) => {
                         in_flight.set(in_flight.get() + 1);
+                        // SAFETY: buffer i is Loading and ours until the store hands it back.
                         return Some(unsafe {
                             IoBuf::new(
                                 self.region.at((i << self.shift) as usize),
@@ -94,8 +95,9 @@ impl MappingCore {
                             )
                         });
                     }
-                    Ok(Some(false)) => {}
-                    Ok(None) => {
+                    Ok(Step::Visited) => {}
+                    Ok(Step::Later) => later.push(i),
+                    Ok(Step::NoRoom) => {
                         retry = Some(i);
                         return None;
                     }
@@ -142,24 +144,18 @@ impl MappingCore {
     ///
     /// [`Object::read_stream`]: crate::store::Object::read_stream
     pub(crate) fn load_stream(&self, depth: usize, next: &mut dyn FnMut() -> Option<u64>) {
-        let depth = if self.region.is_transparent() {
-            // Staging for every read in flight: cap it at 16 MiB.
-            depth.min(((16 << 20) / self.bs).max(1))
-        } else {
-            depth
+        if !self.region.is_transparent() {
+            return self.stream_into(depth.max(1), None, next);
         }
-        .max(1);
-        if self.region.is_transparent() {
-            // Staging allocation failure: nothing was claimed from `next` yet, so the buffers
-            // are loaded one by one (still installed from staging) instead.
-            let staged = with_staging(depth * self.bs, |p| self.stream_into(depth, Some(p), next));
-            if staged.is_err() {
-                while let Some(i) = next() {
-                    let _ = self.load_claimed(&[i], true);
-                }
+        // Staging for every read in flight: cap it at 16 MiB.
+        let depth = depth.min((16 << 20) / self.bs).max(1);
+        let staged = with_staging(depth * self.bs, |p| self.stream_into(depth, Some(p), next));
+        if staged.is_err() {
+            // No staging memory: nothing was claimed from `next` yet, so the buffers are
+            // loaded one by one (still installed from staging) instead.
+            while let Some(i) = next() {
+                let _ = self.load_claimed(&[i], true);
             }
-        } else {
-            self.stream_into(depth, None, next);
         }
     }
 
