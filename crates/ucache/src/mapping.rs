@@ -1488,7 +1488,8 @@ impl Mapping {
     /// up to `depth` reads in flight from the calling thread (a graph frontier, a list of
     /// pages to probe). On an io_uring store each completed read is replaced by the next at
     /// once, so the device's queue stays full where [`Mapping::ensure_cached_buffers`] waits
-    /// for its slowest read. Buffers another thread is loading come last. While reads are in
+    /// for its slowest read (`depth` 0 is refused with [`Error::BadArgument`]). Buffers another
+    /// thread is loading come last. While reads are in
     /// flight the stream never waits for memory: a `depth` larger than the budget allows
     /// pauses until a visited buffer can be evicted. Stops at the first error and returns it.
     /// `f` runs while reads are in flight: it may pin, but should not block for long.
@@ -1514,6 +1515,11 @@ impl Mapping {
         depth: usize,
         mut f: impl FnMut(u64, &[u8]),
     ) -> Result<()> {
+        if depth == 0 {
+            return Err(Error::BadArgument(
+                "pin_each depth must be at least 1".into(),
+            ));
+        }
         self.core.pin_each(&mut indices.into_iter(), depth, &mut f)
     }
 

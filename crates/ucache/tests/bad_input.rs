@@ -62,6 +62,16 @@ fn read_only_mapping_beyond_the_object_is_refused() {
     assert!(matches!(r, Err(Error::BadArgument(_))), "{r:?}");
     let r = cache().map(s.clone(), "o", MapOptions::new().weight(0));
     assert!(matches!(r, Err(Error::BadArgument(_))), "{r:?}");
+    for n in [0, 65] {
+        let r = Cache::new(CacheOptions::new(64 * BS as u64).io_threads(n));
+        assert!(
+            matches!(r, Err(Error::BadArgument(_))),
+            "io_threads {n}: {r:?}"
+        );
+    }
+    let m = cache().map(s.clone(), "o", MapOptions::new()).unwrap();
+    let r = m.pin_each([0, 1], 0, |_, _| panic!("nothing is visited"));
+    assert!(matches!(r, Err(Error::BadArgument(_))), "depth 0: {r:?}");
     // A read-write mapping grows the object instead.
     let m = cache()
         .map(

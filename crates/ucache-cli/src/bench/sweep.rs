@@ -295,4 +295,22 @@ mod tests {
         .unwrap();
         assert!(requested(&both.bench).is_err());
     }
+
+    #[test]
+    fn eviction_batch_outside_1_to_1024_is_refused() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        for (b, ok) in [("0", false), ("1", true), ("256", true), ("1025", false)] {
+            let cli = Cli::try_parse_from(["t", "lookup", "--eviction-batch", b]).unwrap();
+            let r = cli.bench.validate();
+            assert_eq!(r.is_ok(), ok, "--eviction-batch {b}: {r:?}");
+            if let Err(e) = r {
+                assert!(e.contains("--eviction-batch"), "{e}");
+            }
+        }
+    }
 }
