@@ -68,7 +68,7 @@ pub fn run(args: &DemoArgs) -> Result<Outcome, String> {
         store: StoreKind::Uring,
         endpoint: None,
         prefetch_depth: crate::bench::system::PREFETCH_BATCH,
-        eviction_batch: ucache::DEFAULT_BATCH,
+        eviction_batch: None,
         file: args.file.clone(),
         json: args.json.clone(),
         plot: args.plot.clone(),

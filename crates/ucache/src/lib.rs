@@ -27,7 +27,7 @@ pub mod store;
 mod sync;
 mod uffd;
 
-pub use cache::{Cache, CacheOptions, DEFAULT_BATCH};
+pub use cache::{Cache, CacheOptions, DEFAULT_BATCH_BYTES, MAX_BATCH};
 pub use error::{Error, Result};
 pub use fault::{FaultAction, FaultHandling, FaultHook};
 pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};

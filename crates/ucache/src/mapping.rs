@@ -316,7 +316,7 @@ impl MappingCore {
             },
         );
         let budget_buffers = cache.budget_bytes() / bs as u64;
-        let slots = AsidePool::slots_for(budget_buffers, nbuf, cache.batch());
+        let slots = AsidePool::slots_for(budget_buffers, nbuf, cache.batch_buffers(bs));
         let aside = if o.transparent && o.track_access && slots > 0 {
             let pool = AsidePool::new(slots, bs, nbuf)?;
             cache.reserve(pool.bytes())?;

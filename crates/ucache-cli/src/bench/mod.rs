@@ -80,9 +80,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = system::PREFETCH_BATCH)]
     pub prefetch_depth: usize,
     /// ucache systems: buffers evicted per batch (`CacheOptions::batch`): larger batches
-    /// spread one `process_madvise` and its TLB shootdown over more misses.
-    #[arg(long, default_value_t = ucache::DEFAULT_BATCH)]
-    pub eviction_batch: usize,
+    /// spread one `process_madvise` and its TLB shootdown over more misses [default: the
+    /// library's, 256 KiB of buffers (`ucache::DEFAULT_BATCH_BYTES`)].
+    #[arg(long)]
+    pub eviction_batch: Option<usize>,
     /// Data file [default: /var/tmp/ucache-bench-<data>.dat]. Must be on a real disk (not
     /// tmpfs); created or rewritten if missing, of the wrong size, or not holding the pattern.
     #[arg(long)]
@@ -174,7 +175,10 @@ impl BenchArgs {
         if self.prefetch_depth == 0 {
             return Err("--prefetch-depth must be at least 1".into());
         }
-        if !(1..=1024).contains(&self.eviction_batch) {
+        if self
+            .eviction_batch
+            .is_some_and(|b| !(1..=ucache::MAX_BATCH).contains(&b))
+        {
             return Err("--eviction-batch must be between 1 and 1024".into());
         }
         if self.tenant_weights.len() != 2 || self.tenant_weights.contains(&0) {
@@ -582,8 +586,10 @@ fn run_worker(
         .args(["--seconds", &args.seconds.to_string()])
         .args(["--warmup", &args.warmup.to_string()])
         .args(["--store", args.store.name()])
-        .args(["--prefetch-depth", &args.prefetch_depth.to_string()])
-        .args(["--eviction-batch", &args.eviction_batch.to_string()]);
+        .args(["--prefetch-depth", &args.prefetch_depth.to_string()]);
+    if let Some(b) = args.eviction_batch {
+        cmd.args(["--eviction-batch", &b.to_string()]);
+    }
     if let Some(e) = &args.endpoint {
         cmd.args(["--endpoint", e]);
     }

@@ -48,8 +48,8 @@ pub struct WorkerArgs {
     pub endpoint: Option<String>,
     #[arg(long, default_value_t = system::PREFETCH_BATCH)]
     pub prefetch_depth: usize,
-    #[arg(long, default_value_t = ucache::DEFAULT_BATCH)]
-    pub eviction_batch: usize,
+    #[arg(long)]
+    pub eviction_batch: Option<usize>,
     /// A cgroup directory to join before touching the data.
     #[arg(long)]
     pub cgroup: Option<PathBuf>,

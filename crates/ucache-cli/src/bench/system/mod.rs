@@ -229,8 +229,8 @@ pub struct Params {
     pub endpoint: Option<String>,
     /// Buffers per batch of ucache-prefetch, requests in flight per thread of raw-get.
     pub prefetch_depth: usize,
-    /// ucache systems: buffers per eviction batch.
-    pub eviction_batch: usize,
+    /// ucache systems: buffers per eviction batch (`None`: the library's default).
+    pub eviction_batch: Option<usize>,
     /// ucache systems: the policy spec of the row ([`SystemRow`]); `None` for the default.
     pub policy: Option<String>,
     /// `tenants`: [`ucache::MapOptions::weight`] of tenant A and tenant B.

@@ -61,12 +61,11 @@ impl Ucache {
         };
         // Profiling costs a few clock reads per miss (well under 1% of one) and gives the
         // fault breakdown of the report.
-        let cache = Cache::new(
-            CacheOptions::new(p.memory_bytes)
-                .batch(p.eviction_batch)
-                .profile_faults(transparent),
-        )
-        .map_err(|e| format!("Cache::new: {e}"))?;
+        let mut options = CacheOptions::new(p.memory_bytes).profile_faults(transparent);
+        if let Some(b) = p.eviction_batch {
+            options = options.batch(b);
+        }
+        let cache = Cache::new(options).map_err(|e| format!("Cache::new: {e}"))?;
         let store: Arc<dyn Store> = match &p.store {
             StoreKind::File => Arc::new(FileStore::direct()),
             StoreKind::Uring => Arc::new(
@@ -140,7 +139,8 @@ impl Ucache {
     }
 
     fn is_full(&self) -> bool {
-        let slack = ucache::DEFAULT_BATCH as u64 * self.map.buffer_size() as u64;
+        let bs = self.map.buffer_size();
+        let slack = self.cache.batch_buffers(bs) as u64 * bs as u64;
         let mapped = self.map.len() + self.tenant_b.as_ref().map_or(0, |(m, _)| m.len());
         self.cache.used() + slack >= self.cache.budget().min(mapped)
     }
