@@ -3,9 +3,7 @@
 //! machine's free memory, decides what stays cached.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 
-use super::aligned::AlignedBuf;
 use super::{Params, System};
 use crate::bench::worker::ThreadCtx;
 
@@ -34,17 +32,6 @@ impl Pread {
 
 impl System for Pread {
     fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
-        let bs = ctx.params().buffer_size;
-        let mut buf = AlignedBuf::new(bs);
-        while ctx.running() {
-            let t = ctx.sample();
-            let idx = ctx.next_index();
-            self.file
-                .read_exact_at(&mut buf, idx * bs as u64)
-                .map_err(|e| format!("pread: {e}"))?;
-            ctx.touch(&buf, idx);
-            ctx.done(1, t);
-        }
-        Ok(())
+        super::raw_psync::read_loop(&self.file, ctx)
     }
 }

@@ -25,17 +25,22 @@ impl RawPsync {
 
 impl System for RawPsync {
     fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
-        let bs = ctx.params().buffer_size;
-        let mut buf = AlignedBuf::new(bs);
-        while ctx.running() {
-            let t = ctx.sample();
-            let idx = ctx.next_index();
-            self.file
-                .read_exact_at(&mut buf, idx * bs as u64)
-                .map_err(|e| format!("pread: {e}"))?;
-            ctx.touch(&buf, idx);
-            ctx.done(1, t);
-        }
-        Ok(())
+        read_loop(&self.file, ctx)
     }
+}
+
+/// One synchronous read per access into the thread's own buffer, reused: the file's open flags
+/// decide whether that is the device (`O_DIRECT`) or the page cache (`pread`'s system).
+pub(super) fn read_loop(file: &File, ctx: &mut ThreadCtx) -> Result<(), String> {
+    let bs = ctx.params().buffer_size;
+    let mut buf = AlignedBuf::new(bs);
+    while ctx.running() {
+        let t = ctx.sample();
+        let idx = ctx.next_index();
+        file.read_exact_at(&mut buf, idx * bs as u64)
+            .map_err(|e| format!("pread: {e}"))?;
+        ctx.touch(&buf, idx);
+        ctx.done(1, t);
+    }
+    Ok(())
 }

@@ -41,3 +41,16 @@ pub trait Prefetcher: Send + Sync + 'static {
     /// A demand miss on `index`: appends the buffers to read ahead to `out`.
     fn on_miss(&self, index: u64, out: &mut Vec<u64>);
 }
+
+/// What a prefetcher answers to each miss of `misses`, in order (for tests).
+#[cfg(test)]
+fn answers(p: &impl Prefetcher, misses: &[u64]) -> Vec<Vec<u64>> {
+    misses
+        .iter()
+        .map(|&i| {
+            let mut v = Vec::new();
+            p.on_miss(i, &mut v);
+            v
+        })
+        .collect()
+}

@@ -169,18 +169,8 @@ impl ReadAhead {
 
 #[cfg(test)]
 mod tests {
+    use super::super::answers as run;
     use super::*;
-
-    fn run(p: &ReadAhead, misses: &[u64]) -> Vec<Vec<u64>> {
-        misses
-            .iter()
-            .map(|&i| {
-                let mut v = Vec::new();
-                p.on_miss(i, &mut v);
-                v
-            })
-            .collect()
-    }
 
     #[test]
     fn window_doubles_on_sequential_misses_up_to_max() {

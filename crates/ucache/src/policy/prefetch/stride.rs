@@ -114,18 +114,8 @@ impl Prefetcher for Stride {
 
 #[cfg(test)]
 mod tests {
+    use super::super::answers as run;
     use super::*;
-
-    fn run(p: &Stride, misses: &[u64]) -> Vec<Vec<u64>> {
-        misses
-            .iter()
-            .map(|&i| {
-                let mut v = Vec::new();
-                p.on_miss(i, &mut v);
-                v
-            })
-            .collect()
-    }
 
     #[test]
     fn detects_and_follows_a_stride() {
