@@ -46,6 +46,7 @@ impl Batch {
         }
     }
 }
+
 /// One IO thread per CPU, at most 4.
 fn default_io_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
