@@ -377,7 +377,11 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
         "store": args.store.name(),
         "endpoint": args.endpoint,
         "prefetch_depth": args.prefetch_depth,
-        "eviction_batch": args.eviction_batch,
+        // A count of buffers, or the library's default in bytes.
+        "eviction_batch": args.eviction_batch.map_or_else(
+            || json!(format!("{} bytes", ucache::DEFAULT_BATCH_BYTES)),
+            |b| json!(b)
+        ),
         "file": if s3_upload.is_some() { serde_json::Value::Null } else { json!(path) },
         "json": args.json,
         "plot": args.plot_path(),
