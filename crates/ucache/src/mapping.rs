@@ -576,7 +576,9 @@ impl MappingCore {
         }
         // Claim first, reserve second: a thread that saw the buffer evicted a moment ago must
         // not evict others (or this very buffer, once loaded by someone else) for nothing.
+        let t = self.clock();
         self.policy.on_miss(i);
+        self.lap(t, Counter::FaultBookkeepingNs);
         let t = self.clock();
         self.reserve_claimed(s, true)?;
         self.lap(t, Counter::FaultEvictNs);
@@ -586,7 +588,9 @@ impl MappingCore {
                 self.stats().record_miss_latency(t0.elapsed());
                 self.stats().add(Counter::Misses, 1);
                 self.stats().add(Counter::BytesRead, self.bs as u64);
+                let t = self.clock();
                 self.publish(i, pin, false, dirty);
+                self.lap(t, Counter::FaultBookkeepingNs);
                 Ok(true)
             }
             Err(e) => {
@@ -736,7 +740,9 @@ impl MappingCore {
             match w.phase() {
                 Phase::Evicted if w.idle() => {
                     if self.load_one(i, w, Pin::None, write)? {
+                        let t = self.clock();
                         self.after_miss(i);
+                        self.lap(t, Counter::FaultBookkeepingNs);
                         return Ok(());
                     }
                 }

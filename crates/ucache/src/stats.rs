@@ -71,6 +71,7 @@ counters! {
     fault_evict_ns: "With `profile_faults`: of that, making room (eviction).",
     fault_io_ns: "With `profile_faults`: of that, reading from the store.",
     fault_install_ns: "With `profile_faults`: of that, installing pages (UFFDIO_COPY).",
+    fault_bookkeeping_ns: "With `profile_faults`: of that, bookkeeping: the policy's hooks (on_miss, on_insert, choosing prefetches) and publishing the buffer. The rest of `fault_ns` is checks (state words, claims, waits).",
     set_aside: "Buffers of transparent mappings set aside as eviction candidates (pages moved out).",
     restores: "Set-aside buffers touched again and brought back without IO (soft faults).",
 }
@@ -124,6 +125,7 @@ pub(crate) enum Counter {
     FaultEvictNs,
     FaultIoNs,
     FaultInstallNs,
+    FaultBookkeepingNs,
     SetAside,
     Restores,
 }
@@ -168,6 +170,7 @@ impl Stats {
             Counter::FaultEvictNs => &s.fault_evict_ns,
             Counter::FaultIoNs => &s.fault_io_ns,
             Counter::FaultInstallNs => &s.fault_install_ns,
+            Counter::FaultBookkeepingNs => &s.fault_bookkeeping_ns,
             Counter::SetAside => &s.set_aside,
             Counter::Restores => &s.restores,
         };

@@ -55,6 +55,54 @@ fn plain_loads_read_every_byte_under_eviction() {
     assert!(st.evictions > 0 && cache.used() <= 16 * BS as u64);
 }
 
+/// The paper's Table 4 for this mapping: every phase of a miss is timed, and the phases fit in
+/// the whole (`fault_ns` minus them is the checks).
+#[test]
+fn profiled_faults_account_every_phase() {
+    let n = 256;
+    let store = MemoryStore::new();
+    store.insert("t", pattern(n));
+    let cache = Cache::new(
+        CacheOptions::new(16 * BS as u64)
+            .batch(4)
+            .profile_faults(true),
+    )
+    .unwrap();
+    // No readahead: every buffer is a miss of its own.
+    let m = cache
+        .map(
+            Arc::new(store),
+            "t",
+            MapOptions::new().transparent(true).readahead(false),
+        )
+        .unwrap();
+    let w = words(&m);
+    for k in (0..w.len()).step_by(BS / 8) {
+        assert_eq!(w[k].load(Ordering::Relaxed), expected(k));
+    }
+    let st = cache.stats();
+    assert!(st.faults >= n as u64, "{st:?}");
+    let phases = [
+        st.fault_evict_ns,
+        st.fault_io_ns,
+        st.fault_install_ns,
+        st.fault_bookkeeping_ns,
+    ];
+    assert!(phases.iter().all(|&p| p > 0), "every phase timed: {st:?}");
+    assert!(
+        phases.iter().sum::<u64>() <= st.fault_ns,
+        "phases inside the whole: {st:?}"
+    );
+    let plain = Cache::new(CacheOptions::new(16 * BS as u64).batch(4)).unwrap();
+    let store = MemoryStore::new();
+    store.insert("t", pattern(n));
+    let m2 = plain
+        .map(Arc::new(store), "t", MapOptions::new().transparent(true))
+        .unwrap();
+    assert_eq!(words(&m2)[0].load(Ordering::Relaxed), expected(0));
+    assert_eq!(plain.stats().fault_ns, 0, "off unless asked for");
+}
+
 #[test]
 fn plain_stores_are_written_back_and_survive_eviction() {
     let n = 128;

@@ -325,16 +325,17 @@ pub fn cache_stats(results: &[SystemResult]) -> String {
         if faults > 0 && get("fault_ns") > 0 {
             // The paper's Table 4: where a transparent miss spends its time.
             let us = |k: &str| get(k) as f64 / faults as f64 / 1000.0;
-            let (total, evict, io, install) = (
+            let (total, evict, io, install, books) = (
                 us("fault_ns"),
                 us("fault_evict_ns"),
                 us("fault_io_ns"),
                 us("fault_install_ns"),
+                us("fault_bookkeeping_ns"),
             );
             let _ = writeln!(
                 out,
-                "  per fault: {total:.2} µs = eviction {evict:.2} + IO {io:.2} + install {install:.2} + checks and bookkeeping {:.2}",
-                (total - evict - io - install).max(0.0)
+                "  per fault: {total:.2} µs = eviction {evict:.2} + IO {io:.2} + install {install:.2} + bookkeeping {books:.2} + checks {:.2}",
+                (total - evict - io - install - books).max(0.0)
             );
         }
     }

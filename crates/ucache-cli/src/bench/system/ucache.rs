@@ -263,6 +263,7 @@ impl System for Ucache {
             ("fault_evict_ns", s.fault_evict_ns),
             ("fault_io_ns", s.fault_io_ns),
             ("fault_install_ns", s.fault_install_ns),
+            ("fault_bookkeeping_ns", s.fault_bookkeeping_ns),
             ("set_aside", s.set_aside),
             ("restores", s.restores),
         ]
