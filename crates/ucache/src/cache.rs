@@ -14,7 +14,7 @@ use arc_swap::ArcSwap;
 
 use crate::error::{Error, Result};
 use crate::io_worker::IoWorker;
-use crate::mapping::{MapOptions, Mapping, MappingCore};
+use crate::mapping::{check_buffer_size, MapOptions, Mapping, MappingCore};
 use crate::policy::{GlobalPolicy, MappingUsage, ProportionalGlobal};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::store::Store;
@@ -106,8 +106,8 @@ impl CacheOptions {
     /// use ucache::{Cache, CacheOptions};
     ///
     /// let cache = Cache::new(CacheOptions::new(512 << 20).batch_bytes(1 << 20)).unwrap();
-    /// assert_eq!(cache.batch_buffers(4096), 256);
-    /// assert_eq!(cache.batch_buffers(2 << 20), 1, "never less than one buffer");
+    /// assert_eq!(cache.batch_buffers(4096).unwrap(), 256);
+    /// assert_eq!(cache.batch_buffers(2 << 20).unwrap(), 1, "never less than one buffer");
     /// ```
     pub fn batch_bytes(mut self, bytes: u64) -> Self {
         self.batch = Batch::Bytes(bytes);
@@ -205,7 +205,7 @@ impl Cache {
     /// Maps `object` of `store`. See [`MapOptions`] for the buffer size, length, access mode
     /// and policy.
     pub fn map(&self, store: Arc<dyn Store>, object: &str, options: MapOptions) -> Result<Mapping> {
-        let bs = options.buffer_size_or_default();
+        let bs = check_buffer_size(options.buffer_size_or_default())?;
         let batch_bytes = self.core.batch_buffers(bs) as u64 * bs as u64;
         if self.core.budget < batch_bytes {
             return Err(Error::BudgetTooSmall {
@@ -235,9 +235,10 @@ impl Cache {
         self.core.budget
     }
 
-    /// Buffers of `buffer_size` bytes that one eviction round frees.
-    pub fn batch_buffers(&self, buffer_size: usize) -> usize {
-        self.core.batch_buffers(buffer_size)
+    /// Buffers of `buffer_size` bytes that one eviction round frees; `BadBufferSize` for a
+    /// size no mapping can have.
+    pub fn batch_buffers(&self, buffer_size: usize) -> Result<usize> {
+        Ok(self.core.batch_buffers(check_buffer_size(buffer_size)?))
     }
 
     /// Bytes of buffers resident or being loaded now.
@@ -432,23 +433,31 @@ mod tests {
     #[test]
     fn default_batch_is_256_kib_or_an_eighth_of_a_small_budget() {
         let big = Cache::new(CacheOptions::new(512 << 20)).unwrap();
-        assert_eq!(big.batch_buffers(4096), 64);
-        assert_eq!(big.batch_buffers(64 << 10), 4);
-        assert_eq!(big.batch_buffers(2 << 20), 1, "never less than one buffer");
+        assert_eq!(big.batch_buffers(4096).unwrap(), 64);
+        assert_eq!(big.batch_buffers(64 << 10).unwrap(), 4);
+        assert_eq!(
+            big.batch_buffers(2 << 20).unwrap(),
+            1,
+            "never less than one buffer"
+        );
         let small = Cache::new(CacheOptions::new(64 * 4096)).unwrap();
-        assert_eq!(small.batch_buffers(4096), 8);
-        assert_eq!(small.batch_buffers(64 << 10), 1);
+        assert_eq!(small.batch_buffers(4096).unwrap(), 8);
+        assert_eq!(small.batch_buffers(64 << 10).unwrap(), 1);
         let tiny = Cache::new(CacheOptions::new(4096)).unwrap();
-        assert_eq!(tiny.batch_buffers(4096), 1);
+        assert_eq!(tiny.batch_buffers(4096).unwrap(), 1);
     }
 
     #[test]
     fn explicit_batches_are_checked() {
         let c = Cache::new(CacheOptions::new(1 << 30).batch(MAX_BATCH)).unwrap();
-        assert_eq!(c.batch_buffers(2 << 20), MAX_BATCH, "a count is a count");
+        assert_eq!(
+            c.batch_buffers(2 << 20).unwrap(),
+            MAX_BATCH,
+            "a count is a count"
+        );
         let c = Cache::new(CacheOptions::new(1 << 30).batch_bytes(1 << 30)).unwrap();
         assert_eq!(
-            c.batch_buffers(4096),
+            c.batch_buffers(4096).unwrap(),
             MAX_BATCH,
             "bytes are capped in buffers"
         );

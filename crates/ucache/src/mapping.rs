@@ -208,6 +208,15 @@ pub(crate) struct MappingCore {
     aside: Option<AsidePool>,
 }
 
+/// `bs` if it is a buffer size a mapping can have: a power of two from 4 KiB to 1 GiB.
+pub(crate) fn check_buffer_size(bs: usize) -> Result<usize> {
+    if bs.is_power_of_two() && (MIN_BUFFER..=MAX_BUFFER).contains(&bs) {
+        Ok(bs)
+    } else {
+        Err(Error::BadBufferSize(bs))
+    }
+}
+
 impl MappingCore {
     pub(crate) fn new(
         cache: Arc<CacheCore>,
@@ -216,10 +225,7 @@ impl MappingCore {
         object: &str,
         o: MapOptions,
     ) -> Result<MappingCore> {
-        let bs = o.buffer_size;
-        if !bs.is_power_of_two() || !(MIN_BUFFER..=MAX_BUFFER).contains(&bs) {
-            return Err(Error::BadBufferSize(bs));
-        }
+        let bs = check_buffer_size(o.buffer_size)?;
         if !o.offset.is_multiple_of(IO_ALIGN) {
             return Err(Error::BadArgument(format!(
                 "mapping offset {} is not a multiple of {IO_ALIGN}",

@@ -95,6 +95,31 @@ fn missing_object_is_not_found() {
     );
 }
 
+/// With the default batch, counted in bytes, a bad buffer size is refused before the batch is
+/// divided by it.
+#[test]
+fn bad_buffer_sizes_are_refused_under_the_default_batch() {
+    let c = Cache::new(CacheOptions::new(64 * BS as u64)).unwrap();
+    let s = Arc::new(store_with("o", 64 * BS));
+    for bad in [0, 1, 6000, 2usize << 30] {
+        let r = c.map(s.clone(), "o", MapOptions::new().buffer_size(bad));
+        assert!(
+            matches!(r, Err(Error::BadBufferSize(b)) if b == bad),
+            "{bad}: {r:?}"
+        );
+        let r = c.batch_buffers(bad);
+        assert!(
+            matches!(r, Err(Error::BadBufferSize(b)) if b == bad),
+            "{bad}: {r:?}"
+        );
+    }
+    assert_eq!(
+        c.batch_buffers(4096).unwrap(),
+        8,
+        "an eighth of a small budget"
+    );
+}
+
 #[test]
 fn budget_smaller_than_one_batch_is_refused() {
     let r = Cache::new(CacheOptions::new(4 * BS as u64).batch(8));

@@ -140,7 +140,11 @@ impl Ucache {
 
     fn is_full(&self) -> bool {
         let bs = self.map.buffer_size();
-        let slack = self.cache.batch_buffers(bs) as u64 * bs as u64;
+        let slack = self
+            .cache
+            .batch_buffers(bs)
+            .expect("a mapping's buffer size is valid") as u64
+            * bs as u64;
         let mapped = self.map.len() + self.tenant_b.as_ref().map_or(0, |(m, _)| m.len());
         self.cache.used() + slack >= self.cache.budget().min(mapped)
     }
