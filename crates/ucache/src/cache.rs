@@ -30,8 +30,6 @@ pub const MAX_BATCH: usize = 1024;
 /// How much one eviction round frees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Batch {
-    /// [`DEFAULT_BATCH_BYTES`], or an eighth of a smaller budget.
-    Default,
     Buffers(usize),
     Bytes(u64),
 }
@@ -42,7 +40,6 @@ impl Batch {
         match self {
             Batch::Buffers(n) => n,
             Batch::Bytes(b) => (b / bs as u64).clamp(1, MAX_BATCH as u64) as usize,
-            Batch::Default => unreachable!("resolved by Cache::new"),
         }
     }
 }
@@ -59,7 +56,8 @@ const EXHAUSTED_AFTER: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct CacheOptions {
     memory_bytes: u64,
-    batch: Batch,
+    /// `None`: [`DEFAULT_BATCH_BYTES`], or an eighth of a smaller budget.
+    batch: Option<Batch>,
     global: Arc<dyn GlobalPolicy>,
     profile: bool,
     io_threads: usize,
@@ -70,7 +68,7 @@ impl CacheOptions {
     pub fn new(memory_bytes: u64) -> Self {
         CacheOptions {
             memory_bytes,
-            batch: Batch::Default,
+            batch: None,
             global: Arc::new(ProportionalGlobal),
             profile: false,
             io_threads: default_io_threads(),
@@ -93,7 +91,7 @@ impl CacheOptions {
     /// Buffers evicted per batch (1..=[`MAX_BATCH`]), whatever their size. The budget must
     /// hold one batch of every mapping's buffers.
     pub fn batch(mut self, buffers: usize) -> Self {
-        self.batch = Batch::Buffers(buffers);
+        self.batch = Some(Batch::Buffers(buffers));
         self
     }
     /// Bytes evicted per batch: a mapping of `bs`-byte buffers evicts `bytes / bs` of them
@@ -110,7 +108,7 @@ impl CacheOptions {
     /// assert_eq!(cache.batch_buffers(2 << 20).unwrap(), 1, "never less than one buffer");
     /// ```
     pub fn batch_bytes(mut self, bytes: u64) -> Self {
-        self.batch = Batch::Bytes(bytes);
+        self.batch = Some(Batch::Bytes(bytes));
         self
     }
     /// The cache-wide policy (when to evict, from which mappings).
@@ -164,10 +162,8 @@ impl Cache {
                 options.io_threads
             )));
         }
-        let batch = match options.batch {
-            Batch::Default => {
-                Batch::Bytes(DEFAULT_BATCH_BYTES.min(options.memory_bytes / 8).max(4096))
-            }
+        let default = || Batch::Bytes(DEFAULT_BATCH_BYTES.min(options.memory_bytes / 8).max(4096));
+        let batch = match options.batch.unwrap_or_else(default) {
             Batch::Buffers(n) if n == 0 || n > MAX_BATCH => {
                 return Err(Error::BadArgument(format!(
                     "eviction batch {n} must be between 1 and {MAX_BATCH} buffers"
