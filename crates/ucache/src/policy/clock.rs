@@ -3,8 +3,9 @@
 //!
 //! The referenced bit lives in the buffer's state word and is set by every pin at no extra
 //! cost, so hits never call into the policy. Victim search sweeps a [`ResidentSet`] with a
-//! shared hand; concurrent evictors sweep disjoint slots. The ring's order is the set's slot
-//! order (a hash of the index), not insertion order; otherwise this is the textbook algorithm.
+//! shared hand; concurrent evictors sweep disjoint slots. The ring holds buffers in insertion
+//! order, as in the textbook algorithm, so buffers loaded together (a scan, a readahead run)
+//! are evicted together and their pages dropped as one range.
 
 use super::{Buffers, Layout, Policy, ResidentSet};
 use crate::state::Phase;
@@ -38,7 +39,10 @@ impl Policy for Clock {
     }
 
     fn attach(&mut self, layout: Layout) {
-        self.resident = Some(ResidentSet::new(layout.capacity.min(layout.buffers)));
+        self.resident = Some(ResidentSet::new(
+            layout.capacity.min(layout.buffers),
+            layout.buffers,
+        ));
     }
 
     fn choose_eviction_buffers(&self, buffers: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
@@ -90,15 +94,38 @@ mod tests {
     use super::*;
     use crate::policy::simulator::hit_pattern;
 
-    /// Textbook second chance, with referenced bits set on load. With capacity 3 the ring has
-    /// 8 slots and buffers 0, 1, 2, 4 hash to slots 0, 2, 4, 1: each newcomer lands where the
-    /// textbook's frame order would put it on this string, so the outcome is the textbook's
-    /// (checked against a frame-array model). It differs from both FIFO and LRU.
+    /// Second chance over a frame array, referenced bits set on load and on hits: a newcomer
+    /// takes its victim's frame and the hand moves past it. While frames are free, each
+    /// newcomer enters just behind the hand, so the first lap meets the fill newest first, as
+    /// the resident set's ring does (`resident.rs`).
+    fn frame_model(capacity: usize, trace: &[u64]) -> String {
+        let mut frames: Vec<(u64, bool)> = Vec::new();
+        let mut hand = 0;
+        let mut access = |page: u64| {
+            if let Some(f) = frames.iter_mut().find(|f| f.0 == page) {
+                f.1 = true;
+                return 'H';
+            }
+            if frames.len() < capacity {
+                frames.insert(0, (page, true));
+                return 'M';
+            }
+            while frames[hand].1 {
+                frames[hand].1 = false;
+                hand = (hand + 1) % capacity;
+            }
+            frames[hand] = (page, true);
+            hand = (hand + 1) % capacity;
+            'M'
+        };
+        trace.iter().map(|&p| access(p)).collect()
+    }
+
     #[test]
-    fn clock_textbook_sequence() {
+    fn clock_is_second_chance_over_frames() {
         let t = [4, 4, 2, 1, 1, 1, 4, 0, 2, 4, 4, 1, 1, 2];
         let clock = hit_pattern(Box::new(Clock::new()), 3, &t);
-        assert_eq!(clock, "MHMMHHHMHMHMHM");
+        assert_eq!(clock, frame_model(3, &t));
         assert_ne!(
             clock,
             hit_pattern(Box::new(super::super::Fifo::new()), 3, &t)
@@ -107,5 +134,22 @@ mod tests {
             clock,
             hit_pattern(Box::new(super::super::Lru::new()), 3, &t)
         );
+        // And on skewed pseudo-random traces, at several sizes.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for capacity in [1, 2, 3, 5, 8, 13] {
+            let trace: Vec<u64> = (0..400)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x % 24).min(x % 7 + x % 3)
+                })
+                .collect();
+            assert_eq!(
+                hit_pattern(Box::new(Clock::new()), capacity, &trace),
+                frame_model(capacity as usize, &trace),
+                "capacity {capacity}"
+            );
+        }
     }
 }
