@@ -1,5 +1,5 @@
-//! `ucache bench` on cache_ext's workloads end to end: each for a second on a small file,
-//! several policies as rows of one run, the JSON parsed back.
+//! `ucache bench` end to end on cache_ext's workloads and on the raw device baselines: each for
+//! a second on a small file, several policies as rows of one run, the JSON parsed back.
 
 use std::path::Path;
 use std::process::Command;
@@ -157,4 +157,23 @@ fn unknown_policies_and_misplaced_tenant_specs_are_refused() {
     let o = run(&["ycsb-c", "--policies", "lfu+mru", "--data", "1MiB"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("tenants"));
+}
+
+/// The device baselines, the `-fresh` ones too (reading into pages they fault in and give
+/// back), read every word right (`systems` checks `mismatches`).
+#[test]
+fn raw_baselines_read_every_word() {
+    let d = dir();
+    let v = bench(
+        d.path(),
+        "lookup",
+        &[
+            "--systems",
+            "raw-psync,raw-psync-fresh,raw-uring,raw-uring-fresh",
+        ],
+    );
+    assert_eq!(
+        systems(&v),
+        ["raw-psync", "raw-psync-fresh", "raw-uring", "raw-uring-fresh"]
+    );
 }

@@ -23,6 +23,7 @@ mod sigbus;
 mod staging;
 pub mod state;
 mod stats;
+mod stopwatch;
 pub mod store;
 mod sync;
 mod uffd;

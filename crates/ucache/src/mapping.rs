@@ -35,6 +35,7 @@ use crate::sigbus::Registration;
 use crate::staging::with_staging;
 use crate::state::{BufferState, Phase, Pin, Word};
 use crate::stats::Counter;
+use crate::stopwatch::Stopwatch;
 use crate::store::{IoBuf, Object, OpenOptions, Store};
 
 mod aside;
@@ -419,17 +420,10 @@ impl MappingCore {
     fn stats(&self) -> &crate::stats::Stats {
         &self.cache.stats
     }
-    /// A start time for a profiled phase, if fault profiling is on.
+    /// A stopwatch for one fault's phases: running if fault profiling is on.
     #[inline]
-    fn clock(&self) -> Option<Instant> {
-        (self.cache.profile && self.region.is_transparent()).then(Instant::now)
-    }
-    /// Adds the time since `t` (from [`MappingCore::clock`]) to `counter`.
-    #[inline]
-    fn lap(&self, t: Option<Instant>, counter: Counter) {
-        if let Some(t) = t {
-            self.stats().add(counter, t.elapsed().as_nanos() as u64);
-        }
+    fn stopwatch(&self) -> Stopwatch {
+        Stopwatch::new(self.cache.profile && self.region.is_transparent())
     }
 
     /// The state word of buffer `i`, or the error for an index past the end: the one bounds
@@ -542,12 +536,12 @@ impl MappingCore {
                 }
             }
             if w.phase() == Phase::Evicted && w.idle() {
-                if self.load_one(i, w, pin, false)? {
+                if self.load_one(i, w, pin, false, &mut Stopwatch::new(false))? {
                     self.after_miss(i);
                     return Ok(());
                 }
             } else if w.phase() == Phase::Aside && w.idle() {
-                if self.restore(i, w, pin, false)? {
+                if self.restore(i, w, pin, false, &mut Stopwatch::new(false))? {
                     return Ok(());
                 }
             } else {
@@ -571,8 +565,15 @@ impl MappingCore {
 
     /// Tries to become the loader of buffer `i` (seen as `seen`) and load it, keeping `pin`;
     /// `dirty` publishes it dirty and writable (a transparent write miss). Returns false if
-    /// another thread won the claim.
-    fn load_one(&self, i: u64, seen: Word, pin: Pin, dirty: bool) -> Result<bool> {
+    /// another thread won the claim. `sw` times the phases of a fault.
+    fn load_one(
+        &self,
+        i: u64,
+        seen: Word,
+        pin: Pin,
+        dirty: bool,
+        sw: &mut Stopwatch,
+    ) -> Result<bool> {
         let Some(claimed) = seen.begin_load() else {
             return Ok(false);
         };
@@ -582,21 +583,20 @@ impl MappingCore {
         }
         // Claim first, reserve second: a thread that saw the buffer evicted a moment ago must
         // not evict others (or this very buffer, once loaded by someone else) for nothing.
-        let t = self.clock();
+        sw.skip();
         self.policy.on_miss(i);
-        self.lap(t, Counter::FaultBookkeepingNs);
-        let t = self.clock();
+        sw.lap(self.stats(), Counter::FaultBookkeepingNs);
         self.reserve_claimed(s, true)?;
-        self.lap(t, Counter::FaultEvictNs);
-        let t0 = Instant::now();
-        match self.read_claimed(i, dirty) {
+        let t0 = sw
+            .lap(self.stats(), Counter::FaultEvictNs)
+            .unwrap_or_else(Instant::now);
+        match self.read_claimed(i, dirty, sw) {
             Ok(()) => {
-                self.stats().record_miss_latency(t0.elapsed());
+                self.stats().record_miss_latency(sw.since(t0));
                 self.stats().add(Counter::Misses, 1);
                 self.stats().add(Counter::BytesRead, self.bs as u64);
-                let t = self.clock();
                 self.publish(i, pin, false, dirty);
-                self.lap(t, Counter::FaultBookkeepingNs);
+                sw.lap(self.stats(), Counter::FaultBookkeepingNs);
                 Ok(true)
             }
             Err(e) => {
@@ -608,7 +608,7 @@ impl MappingCore {
 
     /// Reads claimed buffer `i` from the store into place: straight into the region, or, on a
     /// transparent mapping, into staging memory that is then installed.
-    fn read_claimed(&self, i: u64, writable: bool) -> Result<()> {
+    fn read_claimed(&self, i: u64, writable: bool, sw: &mut Stopwatch) -> Result<()> {
         let off = self.object_offset(i);
         let at = (i << self.shift) as usize;
         if !self.region.is_transparent() {
@@ -620,14 +620,12 @@ impl MappingCore {
         with_staging(self.bs, |p| {
             // SAFETY: the staging area is this thread's and at least bs long.
             let buf = unsafe { std::slice::from_raw_parts_mut(p, self.bs) };
-            let t = self.clock();
             let got = self.object.read_at(buf, off);
-            self.lap(t, Counter::FaultIoNs);
+            sw.lap(self.stats(), Counter::FaultIoNs);
             self.check_read(i, got.map(|n| zero_tail(buf, n)))?;
-            let t = self.clock();
             // SAFETY: buf is readable; buffer i is Loading and ours.
             let r = unsafe { self.region.install(at, p, self.bs, writable) };
-            self.lap(t, Counter::FaultInstallNs);
+            sw.lap(self.stats(), Counter::FaultInstallNs);
             r
         })?
     }
@@ -728,9 +726,9 @@ impl MappingCore {
             return Err(Error::ReadOnly);
         }
         self.stats().add(Counter::Faults, 1);
-        let t = self.clock();
-        let r = self.serve_fault(s, i, offset, write);
-        self.lap(t, Counter::FaultNs);
+        let mut sw = self.stopwatch();
+        let r = self.serve_fault(s, i, offset, write, &mut sw);
+        sw.total(self.stats(), Counter::FaultNs);
         r
     }
 
@@ -740,20 +738,20 @@ impl MappingCore {
         i: u64,
         offset: usize,
         write: bool,
+        sw: &mut Stopwatch,
     ) -> Result<()> {
         let mut w = s.load();
         loop {
             match w.phase() {
                 Phase::Evicted if w.idle() => {
-                    if self.load_one(i, w, Pin::None, write)? {
-                        let t = self.clock();
+                    if self.load_one(i, w, Pin::None, write, sw)? {
                         self.after_miss(i);
-                        self.lap(t, Counter::FaultBookkeepingNs);
+                        sw.lap(self.stats(), Counter::FaultBookkeepingNs);
                         return Ok(());
                     }
                 }
                 Phase::Aside if w.idle() => {
-                    if self.restore(i, w, Pin::None, write)? {
+                    if self.restore(i, w, Pin::None, write, sw)? {
                         return Ok(());
                     }
                 }

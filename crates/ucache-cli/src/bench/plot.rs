@@ -17,6 +17,7 @@ fn color_of(name: &str) -> RGBColor {
         "mmap" => RGBColor(214, 39, 40),
         "pread" => RGBColor(255, 127, 14),
         "raw-psync" => RGBColor(127, 127, 127),
+        "raw-psync-fresh" => RGBColor(170, 170, 170),
         "raw-uring" => RGBColor(80, 80, 80),
         "raw-uring-fresh" => RGBColor(150, 150, 150),
         _ => RGBColor(148, 103, 189),

@@ -31,6 +31,7 @@ use crate::policy::Buffers;
 use crate::region::Region;
 use crate::state::{Phase, Pin, Word};
 use crate::stats::Counter;
+use crate::stopwatch::Stopwatch;
 
 const NO_SLOT: u32 = u32::MAX;
 
@@ -195,7 +196,14 @@ impl MappingCore {
     /// Brings set-aside buffer `i` (seen as `seen`) back, keeping `pin`; `dirty` for a write
     /// fault, which publishes it dirty and writable. The touch counts as an access for the
     /// policy. Returns false if another thread won the claim.
-    pub(super) fn restore(&self, i: u64, seen: Word, pin: Pin, dirty: bool) -> Result<bool> {
+    pub(super) fn restore(
+        &self,
+        i: u64,
+        seen: Word,
+        pin: Pin,
+        dirty: bool,
+        sw: &mut Stopwatch,
+    ) -> Result<bool> {
         let Some(claimed) = seen.begin_restore() else {
             return Ok(false);
         };
@@ -209,7 +217,7 @@ impl MappingCore {
             .expect("set-aside buffer without a pool");
         let slot = pool.slot_of[i as usize].load(Ordering::Relaxed);
         let at = (i << self.shift) as usize;
-        let t = self.clock();
+        sw.skip();
         // SAFETY: the slot holds the buffer's bytes and is ours (the buffer is Loading and
         // ours); the buffer's pages in the mapping are absent, as install requires.
         let r = unsafe {
@@ -219,12 +227,12 @@ impl MappingCore {
         pool.release(i);
         if r.is_err() {
             // Installing failed (out of memory?); read it as a miss would, budget still held.
-            if let Err(e) = self.read_claimed(i, dirty) {
+            if let Err(e) = self.read_claimed(i, dirty, sw) {
                 self.fail_load(i);
                 return Err(e);
             }
         }
-        self.lap(t, Counter::FaultInstallNs);
+        sw.lap(self.stats(), Counter::FaultInstallNs);
         self.stats().add(Counter::Restores, 1);
         if self.policy_hits {
             self.policy.on_hit(i);

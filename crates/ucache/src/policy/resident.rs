@@ -8,8 +8,8 @@
 //! textbook clock puts a page into its victim's frame, and buffers loaded together (a scan, a
 //! readahead run) sit together and are evicted together, in one range. Keys inserted between
 //! two sweeps are met newest first. vmcache places a key by its hash instead; with that order,
-//! transparent `seq` over zram evicted buffers of any age in one batch and ran at 0.49-0.53x
-//! mmap at 4 KiB buffers, against 0.67x with this order (alternating runs, docs/design.md,
+//! transparent `seq` over zram evicted buffers of any age in one batch and ran at 0.37-0.53x
+//! mmap at 4 KiB buffers, against 0.67-0.74x with this order (alternating runs, docs/design.md,
 //! "Policies"); a newcomer's slot is also still in the cache from the sweep. A key's slot is
 //! remembered per key, so removal is one load and one CAS. Because a buffer is inserted once
 //! per residency and removed once, and both happen while its loader or evictor owns it, a key

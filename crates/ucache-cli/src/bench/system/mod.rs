@@ -12,6 +12,7 @@ use super::worker::ThreadCtx;
 use super::workload::Workload;
 
 pub mod aligned;
+mod arena;
 mod array;
 mod mmap;
 mod pread;
@@ -58,6 +59,9 @@ pub enum SystemKind {
     Pread,
     /// O_DIRECT pread, one request per thread in flight: the device at the same concurrency.
     RawPsync,
+    /// raw-psync reading into fresh memory, as a cache that recycles frames does (see
+    /// `arena.rs`): the floor of ucache-explicit's misses.
+    RawPsyncFresh,
     /// O_DIRECT reads, 32 in flight per thread on its own io_uring: the device's throughput.
     RawUring,
     /// raw-uring reading into fresh memory, as a cache that recycles frames does: a sliding
@@ -70,7 +74,7 @@ pub enum SystemKind {
 }
 
 impl SystemKind {
-    pub const ALL: [SystemKind; 13] = [
+    pub const ALL: [SystemKind; 14] = [
         SystemKind::UcacheExplicit,
         SystemKind::UcachePrefetch,
         SystemKind::UcacheOptimistic,
@@ -81,6 +85,7 @@ impl SystemKind {
         SystemKind::Mmap,
         SystemKind::Pread,
         SystemKind::RawPsync,
+        SystemKind::RawPsyncFresh,
         SystemKind::RawUring,
         SystemKind::RawUringFresh,
         SystemKind::RawGet,
@@ -98,6 +103,7 @@ impl SystemKind {
             SystemKind::Mmap => "mmap",
             SystemKind::Pread => "pread",
             SystemKind::RawPsync => "raw-psync",
+            SystemKind::RawPsyncFresh => "raw-psync-fresh",
             SystemKind::RawUring => "raw-uring",
             SystemKind::RawUringFresh => "raw-uring-fresh",
             SystemKind::RawGet => "raw-get",
@@ -128,6 +134,7 @@ impl SystemKind {
                 | SystemKind::Mmap
                 | SystemKind::Pread
                 | SystemKind::RawPsync
+                | SystemKind::RawPsyncFresh
                 | SystemKind::RawUring
                 | SystemKind::RawUringFresh
         )
@@ -286,7 +293,8 @@ pub fn open(kind: SystemKind, p: &Params) -> Result<Box<dyn System>, String> {
         SystemKind::Array => Box::new(array::Array::open(p)?),
         SystemKind::Mmap => Box::new(mmap::Mmap::open(p)?),
         SystemKind::Pread => Box::new(pread::Pread::open(p)?),
-        SystemKind::RawPsync => Box::new(raw_psync::RawPsync::open(p)?),
+        SystemKind::RawPsync => Box::new(raw_psync::RawPsync::open(p, false)?),
+        SystemKind::RawPsyncFresh => Box::new(raw_psync::RawPsync::open(p, true)?),
         SystemKind::RawUring => Box::new(raw_uring::RawUring::open(p, false)?),
         SystemKind::RawUringFresh => Box::new(raw_uring::RawUring::open(p, true)?),
         SystemKind::RawGet => Box::new(raw_get::RawGet::open(p)?),

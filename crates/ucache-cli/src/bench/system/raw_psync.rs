@@ -1,31 +1,54 @@
 //! The device at the benchmark's own concurrency: each thread has one O_DIRECT read in flight,
 //! so nothing can beat this on misses without keeping more requests in flight.
+//!
+//! raw-psync-fresh reads the same way into fresh memory ([`Arena`]): the floor of a cache that
+//! reads each miss in place and gives evicted frames back, as ucache-explicit does.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 
 use super::aligned::AlignedBuf;
+use super::arena::Arena;
 use super::{Params, System};
 use crate::bench::worker::ThreadCtx;
 
 pub struct RawPsync {
     file: File,
+    fresh: bool,
 }
 
 impl RawPsync {
-    pub fn open(p: &Params) -> Result<Self, String> {
+    pub fn open(p: &Params, fresh: bool) -> Result<Self, String> {
         let file = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_DIRECT)
             .open(&p.path)
             .map_err(|e| format!("open {} O_DIRECT: {e}", p.path.display()))?;
-        Ok(RawPsync { file })
+        Ok(RawPsync { file, fresh })
     }
 }
 
 impl System for RawPsync {
     fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
-        read_loop(&self.file, ctx)
+        if !self.fresh {
+            return read_loop(&self.file, ctx);
+        }
+        let bs = ctx.params().buffer_size;
+        let mut arena = Arena::new(bs);
+        while ctx.running() {
+            let t = ctx.sample();
+            let idx = ctx.next_index();
+            // One read at a time: nothing older is in flight.
+            let (at, _) = arena.take(usize::MAX);
+            // SAFETY: an arena buffer of bs bytes, ours until the next take.
+            let buf = unsafe { std::slice::from_raw_parts_mut(at, bs) };
+            self.file
+                .read_exact_at(buf, idx * bs as u64)
+                .map_err(|e| format!("pread: {e}"))?;
+            ctx.touch(buf, idx);
+            ctx.done(1, t);
+        }
+        Ok(())
     }
 }
 

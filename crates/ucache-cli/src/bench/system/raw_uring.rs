@@ -2,11 +2,10 @@
 //! This is the ceiling ucache-prefetch aims at, since batched loading is its way past the
 //! one-request-per-thread limit of raw-psync.
 //!
-//! raw-uring-fresh reads the same way into fresh memory: slots take the next buffer of a
-//! sliding arena, and buffers well behind every read in flight are dropped 64 at a time with
-//! `MADV_DONTNEED`, as a cache that gives evicted frames back does. On this project's VM the
-//! device itself serves such reads more slowly (see docs/design.md), a cost no page-recycling
-//! design escapes.
+//! raw-uring-fresh reads the same way into fresh memory ([`Arena`]): buffers well behind every
+//! read in flight are given back, so each read lands in a newly faulted page, as in a cache
+//! that gives evicted frames back. On this project's VM the device itself serves such reads
+//! more slowly (see docs/design.md), a cost no page-recycling design escapes.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -16,6 +15,7 @@ use std::time::Instant;
 use io_uring::{opcode, types, IoUring};
 
 use super::aligned::AlignedBuf;
+use super::arena::Arena;
 use super::{Params, System, URING_QUEUE_DEPTH as QUEUE_DEPTH};
 use crate::bench::worker::ThreadCtx;
 
@@ -23,10 +23,6 @@ pub struct RawUring {
     file: File,
     fresh: bool,
 }
-
-/// raw-uring-fresh: buffers in the sliding arena, and buffers dropped per `madvise`.
-const ARENA: usize = 4096;
-const DROP: usize = 64;
 
 impl RawUring {
     pub fn open(p: &Params, fresh: bool) -> Result<Self, String> {
@@ -48,43 +44,6 @@ struct Slot {
     seq: usize,
 }
 
-/// raw-uring-fresh's memory: the arena, the next sequence number, and the first sequence not
-/// yet dropped.
-struct Arena {
-    buf: AlignedBuf,
-    next: usize,
-    dropped: usize,
-}
-
-impl Arena {
-    /// The buffer for the next read, after dropping every whole group of `DROP` buffers that
-    /// lies behind all reads in flight (`oldest`) and that the arena will hand out again.
-    fn take(&mut self, bs: usize, oldest: usize) -> (*mut u8, usize) {
-        while self.dropped + DROP <= oldest.min(self.next)
-            && self.next + DROP >= self.dropped + ARENA
-        {
-            let at = (self.dropped % ARENA) * bs;
-            // SAFETY: these arena buffers hold no read in flight (all sequences in flight are
-            // at or after `oldest`) and nothing refers to them any more.
-            unsafe {
-                libc::madvise(
-                    self.buf.as_mut_ptr().add(at) as *mut libc::c_void,
-                    DROP * bs,
-                    libc::MADV_DONTNEED,
-                )
-            };
-            self.dropped += DROP;
-        }
-        let seq = self.next;
-        self.next += 1;
-        // SAFETY: inside the arena of ARENA buffers.
-        (
-            unsafe { self.buf.as_mut_ptr().add((seq % ARENA) * bs) },
-            seq,
-        )
-    }
-}
-
 impl System for RawUring {
     fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
         let bs = ctx.params().buffer_size;
@@ -100,11 +59,7 @@ impl System for RawUring {
                 seq: usize::MAX,
             })
             .collect();
-        let mut arena = self.fresh.then(|| Arena {
-            buf: AlignedBuf::new(ARENA * bs),
-            next: 0,
-            dropped: 0,
-        });
+        let mut arena = self.fresh.then(|| Arena::new(bs));
         let mut done: Vec<(usize, i32)> = Vec::with_capacity(QUEUE_DEPTH);
         let mut in_flight = 0usize;
         let mut error = None;
@@ -119,7 +74,7 @@ impl System for RawUring {
             s.index = ctx.next_index();
             s.started = ctx.sample();
             (s.at, s.seq) = match arena {
-                Some(a) => a.take(bs, oldest),
+                Some(a) => a.take(oldest),
                 None => (s.buf.as_mut_ptr(), usize::MAX),
             };
             let sqe = opcode::Read::new(fd, s.at, bs as u32)
