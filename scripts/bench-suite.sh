@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The runs behind the README's results table. Each writes JSON and an SVG to $OUT (default
-# bench-out/). Needs root for the memory cgroup and the zram device. Takes about 12 minutes.
+# bench-out/). Needs root for the memory cgroup and the zram device. Takes about 14 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench-out}
@@ -8,7 +8,7 @@ mkdir -p "$OUT"
 cargo build --release -p ucache-cli
 U=target/release/ucache
 S=${SECONDS_PER_RUN:-5}
-ALL=ucache-explicit,ucache-prefetch,ucache-optimistic,mmap,pread,raw-psync,raw-uring,raw-uring-fresh
+ALL=ucache-explicit,ucache-prefetch,ucache-optimistic,mmap,pread,raw-psync,raw-psync-fresh,raw-uring,raw-uring-fresh
 
 # Out of memory on the virtio disk (device-bound): data 8x the budget.
 for t in 2 16; do

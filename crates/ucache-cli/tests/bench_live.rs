@@ -174,6 +174,11 @@ fn raw_baselines_read_every_word() {
     );
     assert_eq!(
         systems(&v),
-        ["raw-psync", "raw-psync-fresh", "raw-uring", "raw-uring-fresh"]
+        [
+            "raw-psync",
+            "raw-psync-fresh",
+            "raw-uring",
+            "raw-uring-fresh"
+        ]
     );
 }

@@ -209,6 +209,20 @@ pub(crate) struct MappingCore {
     aside: Option<AsidePool>,
 }
 
+/// Bytes of buffers per IO job of a prefetch: a readahead window of 1 MiB goes to the IO
+/// threads as eight jobs, so they start on its first run before its last one is claimed.
+const PREFETCH_JOB_BYTES: usize = 128 << 10;
+
+/// What [`MappingCore::claim_loads`] got.
+struct Claims {
+    /// Buffers now `Loading` and ours, their budget reserved.
+    claimed: Vec<u64>,
+    /// Buffers another thread is loading or evicting.
+    others: Vec<u64>,
+    /// A prefetch stopped short: memory could not be had without waiting.
+    stopped: bool,
+}
+
 /// `bs` if it is a buffer size a mapping can have: a power of two from 4 KiB to 1 GiB.
 pub(crate) fn check_buffer_size(bs: usize) -> Result<usize> {
     if bs.is_power_of_two() && (MIN_BUFFER..=MAX_BUFFER).contains(&bs) {
@@ -794,17 +808,14 @@ impl MappingCore {
 
     // ---- batched loads ----------------------------------------------------------------------
 
-    /// Claims every evicted buffer among `indices` (reserving budget for each). Returns the
-    /// claimed ones; the rest are cached, loading or evicting by someone else.
-    /// `demand` says the caller needs the data now (ensure_cached), not a prefetch: only demand
-    /// misses reach [`Policy::on_miss`].
-    fn claim_loads(
-        &self,
-        indices: impl Iterator<Item = u64>,
-        demand: bool,
-    ) -> Result<(Vec<u64>, Vec<u64>)> {
+    /// Claims every evicted buffer among `indices` (reserving budget for each); the rest are
+    /// cached, loading or evicting by someone else. `demand` says the caller needs the data now
+    /// (ensure_cached), not a prefetch: only demand misses reach [`Policy::on_miss`], and only
+    /// a prefetch stops when memory cannot be had without waiting.
+    fn claim_loads(&self, indices: impl Iterator<Item = u64>, demand: bool) -> Result<Claims> {
         let mut claimed = Vec::new();
         let mut others = Vec::new();
+        let mut stopped = false;
         for i in indices {
             let s = self.state(i);
             let w = s.load();
@@ -834,14 +845,21 @@ impl MappingCore {
             // held by pins or by this very batch's loads), it stops here.
             match self.reserve_claimed(s, demand) {
                 Ok(true) => claimed.push(i),
-                Ok(false) => break,
+                Ok(false) => {
+                    stopped = true;
+                    break;
+                }
                 Err(e) => {
                     self.abandon_claims(&claimed);
                     return Err(e);
                 }
             }
         }
-        Ok((claimed, others))
+        Ok(Claims {
+            claimed,
+            others,
+            stopped,
+        })
     }
 
     /// Reserves the budget for a buffer this thread just claimed (`Loading`), waiting for
@@ -985,7 +1003,9 @@ impl MappingCore {
         for &i in indices {
             self.check_index(i)?;
         }
-        let (claimed, others) = self.claim_loads(indices.iter().copied(), true)?;
+        let Claims {
+            claimed, others, ..
+        } = self.claim_loads(indices.iter().copied(), true)?;
         let hits = indices.len() - claimed.len() - others.len();
         self.stats().add(Counter::Hits, hits as u64);
         self.load_claimed(&claimed, false)?;
@@ -1062,12 +1082,23 @@ impl MappingCore {
             .collect();
         self.stats()
             .add(Counter::Bypasses, (before - admitted.len()) as u64);
-        let (claimed, _) = self.claim_loads(admitted.into_iter(), false)?;
-        if !claimed.is_empty() {
-            self.cache.io.submit(Job::Load {
-                mapping: self.clone(),
-                indices: claimed,
-            });
+        // One job per run: the IO threads read the first run while this thread still claims
+        // (and evicts for) the rest. No more than the budget holds, or the last runs would
+        // evict the first ones, loaded by then.
+        let per_job = (PREFETCH_JOB_BYTES >> self.shift).max(1);
+        let budget = self.cache.budget_bytes() >> self.shift;
+        let admitted = &admitted[..admitted.len().min(budget as usize)];
+        for run in admitted.chunks(per_job) {
+            let c = self.claim_loads(run.iter().copied(), false)?;
+            if !c.claimed.is_empty() {
+                self.cache.io.submit(Job::Load {
+                    mapping: self.clone(),
+                    indices: c.claimed,
+                });
+            }
+            if c.stopped {
+                break;
+            }
         }
         Ok(())
     }
