@@ -50,8 +50,13 @@ impl ResidentSet {
         }
     }
 
+    /// Adds `key`, which must be below the `keys` the set was made for and not present.
     pub fn insert(&self, key: u64) {
-        debug_assert!(key < EMPTY && key < self.at.len() as u64);
+        assert!(
+            key < self.at.len() as u64,
+            "key {key} of a resident set made for {} keys",
+            self.at.len()
+        );
         let hand = self.hand.load(Ordering::Relaxed) & LOW;
         let fill = self.fill.load(Ordering::Relaxed);
         // While the hand has not moved, the slots between it and the last insert are full:
