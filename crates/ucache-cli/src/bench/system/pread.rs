@@ -32,6 +32,6 @@ impl Pread {
 
 impl System for Pread {
     fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
-        super::raw_psync::read_loop(&self.file, ctx)
+        super::raw_psync::read_loop(&self.file, ctx, false)
     }
 }

@@ -30,39 +30,29 @@ impl RawPsync {
 
 impl System for RawPsync {
     fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
-        if !self.fresh {
-            return read_loop(&self.file, ctx);
-        }
-        let bs = ctx.params().buffer_size;
-        let mut arena = Arena::new(bs);
-        while ctx.running() {
-            let t = ctx.sample();
-            let idx = ctx.next_index();
-            // One read at a time: nothing older is in flight.
-            let (at, _) = arena.take(usize::MAX);
-            // SAFETY: an arena buffer of bs bytes, ours until the next take.
-            let buf = unsafe { std::slice::from_raw_parts_mut(at, bs) };
-            self.file
-                .read_exact_at(buf, idx * bs as u64)
-                .map_err(|e| format!("pread: {e}"))?;
-            ctx.touch(buf, idx);
-            ctx.done(1, t);
-        }
-        Ok(())
+        read_loop(&self.file, ctx, self.fresh)
     }
 }
 
-/// One synchronous read per access into the thread's own buffer, reused: the file's open flags
-/// decide whether that is the device (`O_DIRECT`) or the page cache (`pread`'s system).
-pub(super) fn read_loop(file: &File, ctx: &mut ThreadCtx) -> Result<(), String> {
+/// One synchronous read per access, into the thread's own buffer, reused, or (`fresh`) into
+/// the next buffer of an [`Arena`]. The file's open flags decide whether that is the device
+/// (`O_DIRECT`) or the page cache (`pread`'s system).
+pub(super) fn read_loop(file: &File, ctx: &mut ThreadCtx, fresh: bool) -> Result<(), String> {
     let bs = ctx.params().buffer_size;
-    let mut buf = AlignedBuf::new(bs);
+    let mut own = AlignedBuf::new(bs);
+    let mut arena = fresh.then(|| Arena::new(bs));
     while ctx.running() {
         let t = ctx.sample();
         let idx = ctx.next_index();
-        file.read_exact_at(&mut buf, idx * bs as u64)
+        let buf: &mut [u8] = match &mut arena {
+            // One read at a time: nothing older is in flight.
+            // SAFETY: an arena buffer of bs bytes, ours until the next take.
+            Some(a) => unsafe { std::slice::from_raw_parts_mut(a.take(usize::MAX).0, bs) },
+            None => &mut own,
+        };
+        file.read_exact_at(buf, idx * bs as u64)
             .map_err(|e| format!("pread: {e}"))?;
-        ctx.touch(&buf, idx);
+        ctx.touch(buf, idx);
         ctx.done(1, t);
     }
     Ok(())
