@@ -273,6 +273,17 @@ mod tests {
     }
 
     #[test]
+    #[should_panic(expected = "key 10 of a resident set made for 10 keys")]
+    fn a_key_beyond_the_range_is_refused() {
+        ResidentSet::new(4, 10).insert(10);
+    }
+
+    #[test]
+    fn a_key_beyond_the_range_is_not_removed() {
+        assert!(!ResidentSet::new(4, 10).remove(10));
+    }
+
+    #[test]
     fn inserts_probe_past_survivors() {
         let s = ResidentSet::new(4, 100);
         let n = s.slots();
