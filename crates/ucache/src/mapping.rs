@@ -434,10 +434,13 @@ impl MappingCore {
     fn stats(&self) -> &crate::stats::Stats {
         &self.cache.stats
     }
-    /// A stopwatch for one fault's phases: running if fault profiling is on.
+    /// A stopwatch for one fault's phases: running if fault profiling is on and this fault
+    /// is drawn for the sample.
     #[inline]
     fn stopwatch(&self) -> Stopwatch {
-        Stopwatch::new(self.cache.profile && self.region.is_transparent())
+        Stopwatch::new(
+            self.cache.profile && self.region.is_transparent() && crate::stopwatch::sampled(),
+        )
     }
 
     /// The state word of buffer `i`, or the error for an index past the end: the one bounds
@@ -742,7 +745,10 @@ impl MappingCore {
         self.stats().add(Counter::Faults, 1);
         let mut sw = self.stopwatch();
         let r = self.serve_fault(s, i, offset, write, &mut sw);
-        sw.total(self.stats(), Counter::FaultNs);
+        if sw.is_on() {
+            self.stats().add(Counter::FaultsTimed, 1);
+            sw.total(self.stats(), Counter::FaultNs);
+        }
         r
     }
 

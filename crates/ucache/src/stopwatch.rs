@@ -6,10 +6,38 @@
 //! phase with its own pair of reads took 16 reads per miss, and on zram (2026-11-24, AMD host,
 //! `perf record` of transparent lookups) those reads were 5.5% of all CPU. A stopwatch that is
 //! off reads no clock at all.
+//!
+//! Even nine reads were about 3.5% of that CPU, and the profile is an average, so only one
+//! fault in [`SAMPLE_EVERY`], drawn at random per thread, is timed ([`sampled`]); the phases'
+//! totals are divided by the count of timed faults, not of all faults. Drawing at random
+//! rather than every 16th keeps the sample from beating with periodic events such as the
+//! miss that evicts a batch.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use crate::stats::{Counter, Stats};
+
+/// One fault in this many is timed, on average.
+pub(crate) const SAMPLE_EVERY: u32 = 16;
+
+thread_local! {
+    /// xorshift32 state; odd so it never sticks at zero.
+    static DRAW: Cell<u32> = const { Cell::new(0x9E37_79B9) };
+}
+
+/// Whether to time this fault: true about once in [`SAMPLE_EVERY`] calls on each thread.
+#[inline]
+pub(crate) fn sampled() -> bool {
+    DRAW.with(|d| {
+        let mut x = d.get();
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        d.set(x);
+        x % SAMPLE_EVERY == 0
+    })
+}
 
 pub(crate) struct Stopwatch {
     start: Option<Instant>,
@@ -21,6 +49,12 @@ impl Stopwatch {
     pub(crate) fn new(on: bool) -> Self {
         let t = on.then(Instant::now);
         Stopwatch { start: t, last: t }
+    }
+
+    /// Whether this stopwatch reads the clock.
+    #[inline]
+    pub(crate) fn is_on(&self) -> bool {
+        self.start.is_some()
     }
 
     /// Ends the current phase, charging it to `counter`; returns the time read, if on.
@@ -71,6 +105,17 @@ mod tests {
         sw.total(&stats, Counter::FaultNs);
         let s = stats.snapshot();
         assert_eq!((s.fault_io_ns, s.fault_ns), (0, 0));
+    }
+
+    #[test]
+    fn about_one_fault_in_sample_every_is_drawn() {
+        let n = 160_000;
+        let drawn = (0..n).filter(|_| sampled()).count();
+        let expected = n / SAMPLE_EVERY as usize;
+        assert!(
+            drawn > expected * 9 / 10 && drawn < expected * 11 / 10,
+            "{drawn} of {n}"
+        );
     }
 
     #[test]
