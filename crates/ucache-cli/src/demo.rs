@@ -69,6 +69,7 @@ pub fn run(args: &DemoArgs) -> Result<Outcome, String> {
         endpoint: None,
         prefetch_depth: crate::bench::system::PREFETCH_BATCH,
         eviction_batch: None,
+        no_background_eviction: false,
         file: args.file.clone(),
         json: args.json.clone(),
         plot: args.plot.clone(),

@@ -4,7 +4,10 @@
 //! bytes before it claims the buffer; when the budget is full, that same thread evicts one batch
 //! (there is no eviction thread to wait for and no eviction lock: concurrent evictors sweep
 //! disjoint parts of the resident sets and race only through per-buffer CASes). Reservation
-//! never overshoots, so resident memory never exceeds the budget.
+//! never overshoots, so resident memory never exceeds the budget. A background evictor
+//! ([`crate::evictor`]) keeps a few batches free ahead of the loaders where the budget is large
+//! enough, so that the loaders rarely find it full; it is one more such evictor, not a thread
+//! anyone waits for.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,6 +16,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 
 use crate::error::{Error, Result};
+use crate::evictor::Evictor;
 use crate::io_worker::IoWorker;
 use crate::mapping::{check_buffer_size, MapOptions, Mapping, MappingCore};
 use crate::policy::{GlobalPolicy, MappingUsage, ProportionalGlobal};
@@ -49,6 +53,9 @@ fn default_io_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
+/// The background evictor engages where the budget holds at least this many batches.
+pub const BACKGROUND_EVICTION_BATCHES: u64 = 64;
+
 /// How long a loader keeps trying to free memory before it reports the budget exhausted.
 const EXHAUSTED_AFTER: Duration = Duration::from_secs(5);
 
@@ -61,6 +68,7 @@ pub struct CacheOptions {
     global: Arc<dyn GlobalPolicy>,
     profile: bool,
     io_threads: usize,
+    background_eviction: bool,
 }
 
 impl CacheOptions {
@@ -72,6 +80,7 @@ impl CacheOptions {
             global: Arc::new(ProportionalGlobal),
             profile: false,
             io_threads: default_io_threads(),
+            background_eviction: true,
         }
     }
     /// Threads that run asynchronous prefetches and write-backs (default: one per CPU, at most
@@ -80,6 +89,15 @@ impl CacheOptions {
     /// one core. Started on first use.
     pub fn io_threads(mut self, n: usize) -> Self {
         self.io_threads = n;
+        self
+    }
+    /// Whether a background thread keeps one to two eviction batches of the budget free, so
+    /// that loaders rarely evict themselves (on by default). It engages only where the budget
+    /// holds at least [`BACKGROUND_EVICTION_BATCHES`] batches, so that the room it keeps free
+    /// costs the cache at most a sixteenth of its budget. Loaders that find the budget full
+    /// still evict themselves, so it is never waited for. See docs/design.md for what it buys.
+    pub fn background_eviction(mut self, on: bool) -> Self {
+        self.background_eviction = on;
         self
     }
     /// Time the phases of misses on transparent mappings (eviction, IO, install; the
@@ -152,6 +170,8 @@ pub(crate) struct CacheCore {
     mappings: ArcSwap<Vec<Arc<MappingCore>>>,
     next_id: AtomicU64,
     pub(crate) io: IoWorker,
+    evictor: Evictor,
+    background_eviction: bool,
     pub(crate) profile: bool,
 }
 
@@ -185,7 +205,7 @@ impl Cache {
             });
         }
         Ok(Cache {
-            core: Arc::new(CacheCore {
+            core: Arc::new_cyclic(|weak| CacheCore {
                 budget: options.memory_bytes,
                 batch,
                 used: AtomicU64::new(0),
@@ -194,6 +214,8 @@ impl Cache {
                 mappings: ArcSwap::from_pointee(Vec::new()),
                 next_id: AtomicU64::new(0),
                 io: IoWorker::new(options.io_threads),
+                evictor: Evictor::new(weak.clone()),
+                background_eviction: options.background_eviction,
                 profile: options.profile,
             }),
         })
@@ -219,6 +241,13 @@ impl Cache {
             options,
         )?);
         core.register_faults()?;
+        // Not under the model checker: its threads are shuttle's, and the evictor's would not be.
+        if self.core.background_eviction
+            && !cfg!(feature = "shuttle")
+            && self.core.budget >= BACKGROUND_EVICTION_BATCHES * batch_bytes
+        {
+            self.core.evictor.keep_free(batch_bytes);
+        }
         self.core.mappings.rcu(|list| {
             let mut l = Vec::clone(list);
             l.push(core.clone());
@@ -276,6 +305,12 @@ impl Cache {
     pub fn msync(&self, addr: *const u8, len: usize) -> Result<()> {
         let (m, off) = self.core.find(addr, len)?;
         m.msync_range(off, len as u64)
+    }
+}
+
+impl Drop for CacheCore {
+    fn drop(&mut self) {
+        self.evictor.stop();
     }
 }
 
@@ -366,7 +401,8 @@ impl CacheCore {
         }
     }
 
-    /// Adds `bytes` to the budget in use if the global policy says they fit without evicting.
+    /// Adds `bytes` to the budget in use if the global policy says they fit without evicting,
+    /// and wakes the background evictor if that leaves less than its share free.
     fn take_if_fits(&self, bytes: u64) -> bool {
         loop {
             let used = self.used.load(Ordering::Relaxed);
@@ -378,9 +414,30 @@ impl CacheCore {
                 .compare_exchange_weak(used, used + bytes, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
             {
+                let low = self.evictor.low();
+                if low > 0 && self.global.need_to_evict(used + bytes, low, self.budget) {
+                    self.evictor.kick();
+                }
                 return true;
             }
         }
+    }
+
+    pub(crate) fn evictor(&self) -> &Evictor {
+        &self.evictor
+    }
+
+    /// Whether the global policy would evict before `bytes` more could be loaded.
+    pub(crate) fn short_of(&self, bytes: u64) -> bool {
+        self.global
+            .need_to_evict(self.used.load(Ordering::SeqCst), bytes, self.budget)
+    }
+
+    /// One eviction round on the background evictor's behalf; returns buffers evicted.
+    pub(crate) fn evict_ahead(&self) -> u64 {
+        let n = self.evict_round();
+        self.stats.add(crate::stats::Counter::EvictionsAhead, n);
+        n
     }
 
     /// Gives back `bytes` of the budget (after an eviction or a failed load).

@@ -12,6 +12,7 @@
 
 mod cache;
 pub mod error;
+mod evictor;
 mod fault;
 mod fault_thread;
 mod guard;
@@ -28,7 +29,7 @@ pub mod store;
 mod sync;
 mod uffd;
 
-pub use cache::{Cache, CacheOptions, DEFAULT_BATCH_BYTES, MAX_BATCH};
+pub use cache::{Cache, CacheOptions, BACKGROUND_EVICTION_BATCHES, DEFAULT_BATCH_BYTES, MAX_BATCH};
 pub use error::{Error, Result};
 pub use fault::{FaultAction, FaultHandling, FaultHook};
 pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};

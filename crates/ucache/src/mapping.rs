@@ -9,8 +9,8 @@
 //! | pin (hit) | `Cached` → pins+1 (shared) or X (exclusive) |
 //! | pin (miss) | `Evicted` →[one winner] `Loading` →(read)→ `Cached`+pin; losers wait on the word |
 //! | unpin | pins−1, or X cleared (+dirty, version+1) |
-//! | evict | `Cached` idle →[CAS] `Evicting` →(madvise batch)→ `Evicted` (version+1) |
-//! | evict dirty | `Cached` dirty →[CAS] write-back (pin+1, WB) →(write batch)→ then as evict |
+//! | evict | `Cached` idle →(CAS) `Evicting` →(madvise batch)→ `Evicted` (version+1) |
+//! | evict dirty | `Cached` dirty →(CAS) write-back (pin+1, WB) →(write batch)→ then as evict |
 //! | writeback / msync | `Cached` dirty → WB+pin →(write)→ clean, or dirty again on failure |
 //!
 //! A candidate that is pinned, locked, dirty-and-unwritable or touched between proposal and

@@ -14,7 +14,6 @@ use ucache::{Cache, CacheOptions, MapOptions};
 const BS: usize = 4096;
 const BUDGET_BUFFERS: u64 = 256;
 const BUFFERS: u64 = BUDGET_BUFFERS * 16;
-const BATCH: usize = 32;
 const THREADS: u64 = 8;
 
 fn stamp(buf: &mut [u8], index: u64, counter: u64) {
@@ -35,15 +34,30 @@ fn check(buf: &[u8], index: u64) -> u64 {
     counter
 }
 
+/// Loaders evict: the budget holds too few batches of 32 for the background evictor.
 #[test]
 fn stress_every_byte_verified() {
+    let cache = Cache::new(CacheOptions::new(BUDGET_BUFFERS * BS as u64).batch(32)).unwrap();
+    stress(cache, 32, false);
+}
+
+/// The background evictor engaged (64 batches of 4 fit the budget) evicts alongside the
+/// loaders.
+#[test]
+fn stress_every_byte_verified_with_the_background_evictor() {
+    let batch = 4;
+    assert!(BUDGET_BUFFERS / batch as u64 >= ucache::BACKGROUND_EVICTION_BATCHES);
+    let cache = Cache::new(CacheOptions::new(BUDGET_BUFFERS * BS as u64).batch(batch)).unwrap();
+    stress(cache, batch, true);
+}
+
+fn stress(cache: Cache, batch: usize, ahead: bool) {
     let store = MemoryStore::new();
     let mut data = vec![0u8; BUFFERS as usize * BS];
     for (i, b) in data.chunks_exact_mut(BS).enumerate() {
         stamp(b, i as u64, 0);
     }
     store.insert("db", data);
-    let cache = Cache::new(CacheOptions::new(BUDGET_BUFFERS * BS as u64).batch(BATCH)).unwrap();
     let m = cache
         .map(
             Arc::new(store.clone()),
@@ -122,19 +136,25 @@ fn stress_every_byte_verified() {
     });
 
     let budget = BUDGET_BUFFERS * BS as u64;
-    assert!(peak.load(Ordering::Relaxed) <= budget + (BATCH * BS) as u64);
+    assert!(peak.load(Ordering::Relaxed) <= budget + (batch * BS) as u64);
     let st = cache.stats();
     assert!(st.evictions > BUDGET_BUFFERS, "the test must evict: {st:?}");
+    assert_eq!(
+        st.evictions_ahead > 0,
+        ahead,
+        "the background evictor engages only where the budget holds enough batches: {st:?}"
+    );
     assert!(
         st.writebacks > 0,
         "dirty buffers must be written back: {st:?}"
     );
     eprintln!(
-        "{} ops, {} hits, {} misses, {} evictions, {} writebacks, {} waits",
+        "{} ops, {} hits, {} misses, {} evictions ({} ahead), {} writebacks, {} waits",
         ops.load(Ordering::Relaxed),
         st.hits,
         st.misses,
         st.evictions,
+        st.evictions_ahead,
         st.writebacks,
         st.waits
     );

@@ -15,6 +15,10 @@ use ucache::{Cache, CacheOptions, FaultHandling, MapOptions};
 const THREADS: u64 = 8;
 
 fn run(bs: usize, budget_buffers: u64, seconds: u64, handling: FaultHandling) {
+    run_batch(bs, budget_buffers, 8, seconds, handling);
+}
+
+fn run_batch(bs: usize, budget_buffers: u64, batch: usize, seconds: u64, handling: FaultHandling) {
     let buffers = budget_buffers * 16;
     let words_per = bs / 8;
     let store = MemoryStore::new();
@@ -24,7 +28,7 @@ fn run(bs: usize, budget_buffers: u64, seconds: u64, handling: FaultHandling) {
         w[..8].copy_from_slice(&i.to_le_bytes());
     }
     store.insert("db", data);
-    let cache = Cache::new(CacheOptions::new(budget_buffers * bs as u64).batch(8)).unwrap();
+    let cache = Cache::new(CacheOptions::new(budget_buffers * bs as u64).batch(batch)).unwrap();
     let m = cache
         .map(
             Arc::new(store.clone()),
@@ -104,6 +108,8 @@ fn run(bs: usize, budget_buffers: u64, seconds: u64, handling: FaultHandling) {
         st.set_aside > 0 && st.restores > 0,
         "clean buffers went aside and came back under the same load: {st:?}"
     );
+    let ahead = budget_buffers / batch as u64 >= ucache::BACKGROUND_EVICTION_BATCHES;
+    assert_eq!(st.evictions_ahead > 0, ahead, "{st:?}");
     eprintln!("bs {bs}: {st:?}");
 }
 
@@ -113,6 +119,19 @@ fn plain_stores_stress_4k() {
         4096,
         64,
         if cfg!(debug_assertions) { 4 } else { 8 },
+        FaultHandling::OnFaultingThread,
+    );
+}
+
+/// The background evictor engaged (64 batches of 2 fit the budget), evicting and setting
+/// buffers aside while the threads store.
+#[test]
+fn plain_stores_stress_background_evictor() {
+    run_batch(
+        4096,
+        128,
+        2,
+        if cfg!(debug_assertions) { 3 } else { 6 },
         FaultHandling::OnFaultingThread,
     );
 }

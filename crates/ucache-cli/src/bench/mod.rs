@@ -84,6 +84,11 @@ pub struct BenchArgs {
     /// library's, 256 KiB of buffers (`ucache::DEFAULT_BATCH_BYTES`)].
     #[arg(long)]
     pub eviction_batch: Option<usize>,
+    /// ucache systems: switch the background evictor off
+    /// (`CacheOptions::background_eviction(false)`), so that loaders evict every batch
+    /// themselves.
+    #[arg(long)]
+    pub no_background_eviction: bool,
     /// Data file [default: /var/tmp/ucache-bench-<data>.dat]. Must be on a real disk (not
     /// tmpfs); created or rewritten if missing, of the wrong size, or not holding the pattern.
     #[arg(long)]
@@ -382,6 +387,7 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
             || json!(format!("{} bytes", ucache::DEFAULT_BATCH_BYTES)),
             |b| json!(b)
         ),
+        "background_eviction": !args.no_background_eviction,
         "file": if s3_upload.is_some() { serde_json::Value::Null } else { json!(path) },
         "json": args.json,
         "plot": args.plot_path(),
@@ -593,6 +599,9 @@ fn run_worker(
         .args(["--prefetch-depth", &args.prefetch_depth.to_string()]);
     if let Some(b) = args.eviction_batch {
         cmd.args(["--eviction-batch", &b.to_string()]);
+    }
+    if args.no_background_eviction {
+        cmd.arg("--no-background-eviction");
     }
     if let Some(e) = &args.endpoint {
         cmd.args(["--endpoint", e]);

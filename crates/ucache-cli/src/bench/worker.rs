@@ -50,6 +50,8 @@ pub struct WorkerArgs {
     pub prefetch_depth: usize,
     #[arg(long)]
     pub eviction_batch: Option<usize>,
+    #[arg(long)]
+    pub no_background_eviction: bool,
     /// A cgroup directory to join before touching the data.
     #[arg(long)]
     pub cgroup: Option<PathBuf>,
@@ -383,6 +385,7 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
         endpoint: args.endpoint.clone(),
         prefetch_depth: args.prefetch_depth.max(1),
         eviction_batch: args.eviction_batch,
+        background_eviction: !args.no_background_eviction,
         policy: args.policy.clone(),
         tenant_weights: [
             args.tenant_weights.first().copied().unwrap_or(1),

@@ -238,6 +238,8 @@ pub struct Params {
     pub prefetch_depth: usize,
     /// ucache systems: buffers per eviction batch (`None`: the library's default).
     pub eviction_batch: Option<usize>,
+    /// ucache systems: `CacheOptions::background_eviction`.
+    pub background_eviction: bool,
     /// ucache systems: the policy spec of the row ([`SystemRow`]); `None` for the default.
     pub policy: Option<String>,
     /// `tenants`: [`ucache::MapOptions::weight`] of tenant A and tenant B.

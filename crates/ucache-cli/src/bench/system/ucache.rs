@@ -65,6 +65,7 @@ impl Ucache {
         if let Some(b) = p.eviction_batch {
             options = options.batch(b);
         }
+        options = options.background_eviction(p.background_eviction);
         let cache = Cache::new(options).map_err(|e| format!("Cache::new: {e}"))?;
         let store: Arc<dyn Store> = match &p.store {
             StoreKind::File => Arc::new(FileStore::direct()),

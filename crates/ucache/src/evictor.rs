@@ -1,0 +1,109 @@
+//! The background evictor: one thread per cache that frees the next batch before a loader
+//! needs it.
+//!
+//! Without it, the loader that finds the budget full evicts a whole batch itself (choosing
+//! victims, one `process_madvise` with its TLB shootdown), so one miss in 64 waits for 64
+//! evictions: that miss is the 99th percentile, and every miss carries its share of the batch
+//! on its own critical path. Where the cores idle while reads are in flight (a disk rather
+//! than a memory-backed device), that share is latency the device does not need. The evictor
+//! keeps one to [`AHEAD`] batches of the budget free; loaders still evict themselves
+//! whenever they find it full (the evictor is an aid, never something to wait for), so
+//! correctness and the budget's bound do not depend on it.
+//!
+//! Protocol: a loader whose reservation leaves less than [`Evictor::low`] free sets `kicked`
+//! and, if it was clear, unparks the thread. The thread evicts rounds until [`AHEAD`] times
+//! that is free, clears `kicked`, and checks once more before parking, so a kick that came while it
+//! worked (and found `kicked` set) is never lost.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{OnceLock, Weak};
+use std::thread::Thread;
+
+use crate::cache::CacheCore;
+
+/// Once woken, the evictor frees this many times [`Evictor::low`] before it sleeps again, so
+/// that one wake-up (two context switches where the cores are busy) serves several batches:
+/// freeing one batch per wake-up cost 2–6% of explicit lookups on zram (docs/design.md).
+const AHEAD: u64 = 4;
+
+pub(crate) struct Evictor {
+    /// Bytes to keep free: the largest batch of the cache's mappings; 0 while off.
+    low: AtomicU64,
+    kicked: AtomicBool,
+    /// The cache this evictor serves; weak, so the thread does not keep it alive.
+    core: Weak<CacheCore>,
+    thread: OnceLock<Thread>,
+}
+
+impl Evictor {
+    pub(crate) fn new(core: Weak<CacheCore>) -> Self {
+        Evictor {
+            low: AtomicU64::new(0),
+            kicked: AtomicBool::new(false),
+            core,
+            thread: OnceLock::new(),
+        }
+    }
+
+    /// Keeps at least `bytes` free from now on (the largest of every call).
+    pub(crate) fn keep_free(&self, bytes: u64) {
+        self.low.fetch_max(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes kept free, 0 if the evictor is off.
+    #[inline]
+    pub(crate) fn low(&self) -> u64 {
+        self.low.load(Ordering::Relaxed)
+    }
+
+    /// Wakes the thread (starting it on first use) unless it is already awake.
+    pub(crate) fn kick(&self) {
+        if self.kicked.load(Ordering::Relaxed) || self.kicked.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let t = self.thread.get_or_init(|| {
+            let weak = self.core.clone();
+            std::thread::Builder::new()
+                .name("ucache-evict".into())
+                .spawn(move || run(weak))
+                .expect("spawn ucache-evict thread")
+                .thread()
+                .clone()
+        });
+        t.unpark();
+    }
+
+    /// Lets the thread exit: called when its cache is dropped.
+    pub(crate) fn stop(&self) {
+        if let Some(t) = self.thread.get() {
+            t.unpark();
+        }
+    }
+}
+
+fn run(core: Weak<CacheCore>) {
+    loop {
+        std::thread::park();
+        // The strong reference lives only while the thread works, so the cache can drop.
+        let Some(c) = core.upgrade() else { return };
+        let ev = c.evictor();
+        while ev.kicked.load(Ordering::SeqCst) {
+            let low = ev.low();
+            let mut freed = false;
+            while c.short_of(AHEAD * low) {
+                if c.evict_ahead() == 0 {
+                    // Nothing evictable now (all pinned, or other evictors hold the
+                    // candidates): loaders will evict or wait themselves, and kick again.
+                    break;
+                }
+                freed = true;
+            }
+            ev.kicked.store(false, Ordering::SeqCst);
+            // A loader that kicked while we worked saw `kicked` set and did not unpark us.
+            if freed && c.short_of(low) && !ev.kicked.swap(true, Ordering::SeqCst) {
+                continue;
+            }
+            break;
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! The background evictor: it keeps room free ahead of the loaders where the budget holds
+//! enough batches, stays out of the way where it does not or is switched off, and its thread
+//! ends with its cache. One test, because it counts the process's evictor threads.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ucache::store::MemoryStore;
+use ucache::{Cache, CacheOptions, MapOptions, BACKGROUND_EVICTION_BATCHES};
+
+const BS: usize = 4096;
+
+fn evictor_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|c| c.trim() == "ucache-evict")
+        .count()
+}
+
+/// Pins every buffer of a mapping four times the budget, once, in order.
+fn sweep(cache: &Cache, budget_buffers: u64) -> ucache::Mapping {
+    let n = budget_buffers * 4;
+    let store = MemoryStore::new();
+    store.insert("o", (0..n as usize * BS).map(|i| (i / BS) as u8).collect());
+    let m = cache.map(Arc::new(store), "o", MapOptions::new()).unwrap();
+    for i in 0..n {
+        assert_eq!(m.pin_shared(i).unwrap()[BS - 1], i as u8);
+    }
+    m
+}
+
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn the_evictor_frees_room_ahead_and_ends_with_its_cache() {
+    // Too few batches in the budget: no evictor, the loaders evict.
+    let small = Cache::new(CacheOptions::new(32 * BS as u64).batch(1)).unwrap();
+    let m = sweep(&small, 32);
+    assert_eq!(small.stats().evictions_ahead, 0);
+    assert!(small.stats().evictions > 0);
+    m.unmap().unwrap();
+
+    // Switched off: the same.
+    let budget = 4 * BACKGROUND_EVICTION_BATCHES;
+    let off = Cache::new(
+        CacheOptions::new(budget * BS as u64)
+            .batch(1)
+            .background_eviction(false),
+    )
+    .unwrap();
+    let m = sweep(&off, budget);
+    assert_eq!(off.stats().evictions_ahead, 0);
+    m.unmap().unwrap();
+    assert_eq!(evictor_threads(), 0, "no evictor was ever started");
+
+    // Engaged: it evicts ahead of the loader until between one and four batches are free
+    // (`AHEAD` times the batch), and the budget is never exceeded.
+    let on = Cache::new(CacheOptions::new(budget * BS as u64).batch(1)).unwrap();
+    let m = sweep(&on, budget);
+    let st = on.stats();
+    assert!(
+        st.evictions_ahead > 0 && st.evictions_ahead <= st.evictions,
+        "{st:?}"
+    );
+    assert_eq!(evictor_threads(), 1);
+    let full = budget * BS as u64;
+    until("one batch free", || on.used() <= full - BS as u64);
+    assert!(
+        on.used() >= full - 4 * BS as u64 - BS as u64,
+        "{}",
+        on.used()
+    );
+
+    // Dropping the cache and its mapping ends the thread.
+    m.unmap().unwrap();
+    drop(on);
+    until("the evictor thread to end", || evictor_threads() == 0);
+}
