@@ -91,7 +91,7 @@ impl CacheOptions {
         self.io_threads = n;
         self
     }
-    /// Whether a background thread keeps one to two eviction batches of the budget free, so
+    /// Whether a background thread keeps one to four eviction batches of the budget free, so
     /// that loaders rarely evict themselves (on by default). It engages only where the budget
     /// holds at least [`BACKGROUND_EVICTION_BATCHES`] batches, so that the room it keeps free
     /// costs the cache at most a sixteenth of its budget. Loaders that find the budget full

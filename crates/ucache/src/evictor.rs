@@ -12,8 +12,12 @@
 //!
 //! Protocol: a loader whose reservation leaves less than [`Evictor::low`] free sets `kicked`
 //! and, if it was clear, unparks the thread. The thread evicts rounds until [`AHEAD`] times
-//! that is free, clears `kicked`, and checks once more before parking, so a kick that came while it
-//! worked (and found `kicked` set) is never lost.
+//! that is free, clears `kicked`, and checks the budget once more before parking, so a kick
+//! that came while it worked (and found `kicked` set) is normally not lost. The loader reads
+//! `kicked` without a fence, to keep the miss path free of one, so a kick can still slip
+//! through that window. The next reservation then kicks again, and a loader that finds the
+//! budget full evicts for itself. A missed kick therefore delays the evictor by one miss; it
+//! never costs correctness.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{OnceLock, Weak};
@@ -32,7 +36,8 @@ pub(crate) struct Evictor {
     kicked: AtomicBool,
     /// The cache this evictor serves; weak, so the thread does not keep it alive.
     core: Weak<CacheCore>,
-    thread: OnceLock<Thread>,
+    /// The thread, once started; `None` if it could not be (the evictor is then off).
+    thread: OnceLock<Option<Thread>>,
 }
 
 impl Evictor {
@@ -63,19 +68,26 @@ impl Evictor {
         }
         let t = self.thread.get_or_init(|| {
             let weak = self.core.clone();
-            std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name("ucache-evict".into())
-                .spawn(move || run(weak))
-                .expect("spawn ucache-evict thread")
-                .thread()
-                .clone()
+                .spawn(move || run(weak));
+            match spawned {
+                Ok(h) => Some(h.thread().clone()),
+                // Out of threads: loaders evict for themselves, as without the evictor.
+                Err(_) => {
+                    self.low.store(0, Ordering::Relaxed);
+                    None
+                }
+            }
         });
-        t.unpark();
+        if let Some(t) = t {
+            t.unpark();
+        }
     }
 
     /// Lets the thread exit: called when its cache is dropped.
     pub(crate) fn stop(&self) {
-        if let Some(t) = self.thread.get() {
+        if let Some(Some(t)) = self.thread.get() {
             t.unpark();
         }
     }
