@@ -15,23 +15,66 @@
 //! before the end, and that miss loads the next window while the reader still has the rest of
 //! this one to consume. Without it every window is fetched when the reader has run out, and
 //! the reader waits for all of it.
+//!
+//! Transparent mappings run this on every fault by default, so it takes no lock: each stream
+//! is one packed word, updated by CAS, and a miss that loses the race to another miss of the
+//! same stream is left unrecorded (after a few tries) rather than waiting. Only the winner of
+//! a CAS proposes its window, so racing misses never propose the same window twice.
 
-use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::super::Layout;
 use super::Prefetcher;
 
-#[derive(Clone, Copy, Debug, Default)]
+const MAX_WINDOW: u64 = (1 << SIZE_BITS) - 1;
+
+// A stream packs into one `u64`, so that a miss updates it with one CAS and no lock: the
+// transparent default runs this on every fault, and a per-mapping mutex there would be the one
+// lock on the miss path. Bits 0..36: the stream's last buffer + 1 (0: an empty slot; a
+// mapping has fewer than 2^35 buffers, since the address space holds 2^47 bytes); 36..50: the
+// window's size (0: not sequential yet); 50..64: how far the marker lies before `last`, plus
+// one (0: no marker).
+const LAST_BITS: u32 = 36;
+const SIZE_BITS: u32 = 14;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct StreamState {
     /// The last buffer this stream covers (its last miss or the end of its window).
     last: u64,
     /// The current window (0: not sequential yet).
     size: u64,
-    /// For replacement: when the stream was last used.
-    used: u64,
     /// The buffer left out of the current window to trigger the next (asynchronous mode).
     marker: Option<u64>,
-    live: bool,
+}
+
+impl StreamState {
+    /// The packed word, or `None` for a stream beyond what a word holds (left untracked).
+    fn pack(self) -> Option<u64> {
+        let last1 = self.last.checked_add(1).filter(|&l| l < 1 << LAST_BITS)?;
+        let back = match self.marker {
+            Some(m) => self.last.checked_sub(m)? + 1,
+            None => 0,
+        };
+        if self.size > MAX_WINDOW || back > MAX_WINDOW {
+            return None;
+        }
+        Some(last1 | self.size << LAST_BITS | back << (LAST_BITS + SIZE_BITS))
+    }
+
+    /// The stream in a word; `None` for an empty slot.
+    fn unpack(w: u64) -> Option<StreamState> {
+        let last1 = w & ((1 << LAST_BITS) - 1);
+        if last1 == 0 {
+            return None;
+        }
+        let last = last1 - 1;
+        let back = w >> (LAST_BITS + SIZE_BITS);
+        Some(StreamState {
+            last,
+            size: (w >> LAST_BITS) & MAX_WINDOW,
+            marker: (back > 0).then(|| last - (back - 1)),
+        })
+    }
 }
 
 pub struct ReadAhead {
@@ -39,24 +82,35 @@ pub struct ReadAhead {
     max: u64,
     buffers: u64,
     asynchronous: bool,
-    streams: Mutex<(Vec<StreamState>, u64)>,
+    /// One packed stream per slot.
+    streams: Box<[AtomicU64]>,
+    /// When each slot's stream was last used, on `clock`: the least recently used is replaced.
+    used: Box<[AtomicU64]>,
+    clock: AtomicU64,
 }
 
 impl ReadAhead {
-    /// Windows start at `initial` buffers and double up to `max`; 4 streams.
+    /// Windows are at most this many buffers, so that a stream packs into one word.
+    pub const MAX_WINDOW: u64 = MAX_WINDOW;
+
+    /// Windows start at `initial` buffers and double up to `max` (at most
+    /// [`ReadAhead::MAX_WINDOW`]); 4 streams.
     pub fn new(initial: u64, max: u64) -> Self {
         Self::with_streams(initial, max, 4)
     }
 
     /// As [`ReadAhead::new`], tracking `streams` concurrent sequential readers (at least 1).
     pub fn with_streams(initial: u64, max: u64, streams: usize) -> Self {
-        let initial = initial.max(1);
+        let initial = initial.clamp(1, MAX_WINDOW);
+        let n = streams.max(1);
         ReadAhead {
             initial,
-            max: max.max(initial),
+            max: max.clamp(initial, MAX_WINDOW),
             buffers: u64::MAX,
             asynchronous: false,
-            streams: Mutex::new((vec![StreamState::default(); streams.max(1)], 0)),
+            streams: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            used: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            clock: AtomicU64::new(0),
         }
     }
 }
@@ -102,52 +156,75 @@ impl Prefetcher for ReadAhead {
     }
 
     fn on_miss(&self, index: u64, out: &mut Vec<u64>) {
-        let mut g = self.streams.lock();
-        let (streams, clock) = &mut *g;
-        *clock += 1;
-        let now = *clock;
-        // The reader reached a window's marker: fetch the next window now, behind it.
-        if let Some(k) = streams
-            .iter()
-            .position(|s| s.live && s.marker == Some(index))
-        {
-            let s = &mut streams[k];
-            s.used = now;
-            let first = s.last.saturating_add(1);
-            self.extend(s, first, out);
-            return;
-        }
-        let hit = streams
-            .iter()
-            .position(|s| s.live && s.last.checked_add(1) == Some(index));
-        let k = match hit {
-            Some(k) => k,
-            None => {
-                // Random access (or a new reader): take over the least recently used stream.
-                let k = (0..streams.len()).min_by_key(|&k| streams[k].used).unwrap();
-                streams[k] = StreamState {
-                    last: index,
-                    size: 0,
-                    used: now,
-                    marker: None,
-                    live: true,
-                };
-                if index != 0 {
-                    return;
-                }
-                k
+        let now = self.clock.fetch_add(1, Ordering::Relaxed) + 1;
+        // A few tries: a CAS lost to another miss of the same stream means that miss moved the
+        // stream on, so this one is probably no longer at its marker or its end. A hint need
+        // not be perfect: after that the miss goes unrecorded.
+        for _ in 0..4 {
+            let (k, seen, next, first, grow) = self.classify(index);
+            let before = out.len();
+            let next = if grow {
+                self.extend(next, first, out)
+            } else {
+                next
+            };
+            let Some(word) = next.pack() else {
+                out.truncate(before);
+                return;
+            };
+            if self.streams[k]
+                .compare_exchange(seen, word, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                self.used[k].store(now, Ordering::Relaxed);
+                return;
             }
-        };
-        let s = &mut streams[k];
-        s.used = now;
-        s.last = index;
-        self.extend(s, index.saturating_add(1), out);
+            out.truncate(before);
+        }
     }
 }
 
 impl ReadAhead {
-    /// Grows the stream's window and proposes it from `first`, leaving out the marker.
-    fn extend(&self, s: &mut StreamState, first: u64, out: &mut Vec<u64>) {
+    /// Which slot a miss at `index` updates, the word seen there, the stream it becomes before
+    /// growing, where its next window starts, and whether the window grows now.
+    fn classify(&self, index: u64) -> (usize, u64, StreamState, u64, bool) {
+        let mut follows = None;
+        for (k, slot) in self.streams.iter().enumerate() {
+            let w = slot.load(Ordering::Acquire);
+            let Some(s) = StreamState::unpack(w) else {
+                continue;
+            };
+            // The reader reached a window's marker: fetch the next window now, behind it.
+            if s.marker == Some(index) {
+                return (k, w, s, s.last.saturating_add(1), true);
+            }
+            if follows.is_none() && s.last.checked_add(1) == Some(index) {
+                follows = Some((k, w, s));
+            }
+        }
+        if let Some((k, w, s)) = follows {
+            let s = StreamState { last: index, ..s };
+            return (k, w, s, index.saturating_add(1), true);
+        }
+        // Random access (or a new reader): take over the least recently used stream, with no
+        // window yet, unless it starts at the mapping's first buffer.
+        let k = (0..self.used.len())
+            .min_by_key(|&k| self.used[k].load(Ordering::Relaxed))
+            .unwrap_or(0);
+        let fresh = StreamState {
+            last: index,
+            size: 0,
+            marker: None,
+        };
+        let w = self.streams[k].load(Ordering::Acquire);
+        (k, w, fresh, index.saturating_add(1), index == 0)
+    }
+}
+
+impl ReadAhead {
+    /// The stream after growing its window from `first`, whose buffers (less the marker) go
+    /// to `out`.
+    fn extend(&self, mut s: StreamState, first: u64, out: &mut Vec<u64>) -> StreamState {
         s.size = if s.size == 0 {
             self.initial
         } else {
@@ -158,12 +235,13 @@ impl ReadAhead {
             .min(self.buffers.saturating_sub(1));
         s.marker = None;
         if first > end {
-            return;
+            return s;
         }
         let marker = (self.asynchronous && end > first).then(|| first + (end - first).div_ceil(2));
         out.extend((first..=end).filter(|&i| Some(i) != marker));
         s.marker = marker;
         s.last = end;
+        s
     }
 }
 
@@ -220,6 +298,118 @@ mod tests {
         assert_eq!(got[3], vec![5002, 5003]);
         assert_eq!(got[4].len(), 4);
         assert_eq!(got[5].len(), 4);
+    }
+
+    #[test]
+    fn a_stream_packs_into_one_word() {
+        for s in [
+            StreamState::default(),
+            StreamState {
+                last: 7,
+                size: 4,
+                marker: Some(5),
+            },
+            StreamState {
+                last: (1 << LAST_BITS) - 2,
+                size: MAX_WINDOW,
+                marker: Some((1 << LAST_BITS) - 2 - MAX_WINDOW + 1),
+            },
+        ] {
+            let w = s.pack().unwrap();
+            assert_ne!(w, 0, "a live stream is never an empty slot");
+            assert_eq!(StreamState::unpack(w), Some(s));
+        }
+        assert_eq!(StreamState::unpack(0), None);
+        let beyond = StreamState {
+            last: (1 << LAST_BITS) - 1,
+            ..Default::default()
+        };
+        assert_eq!(beyond.pack(), None);
+    }
+
+    #[test]
+    fn misses_beyond_a_word_are_left_untracked_and_windows_are_capped() {
+        let p = ReadAhead::new(2, 1 << 30);
+        assert_eq!(p.max, MAX_WINDOW);
+        let far = 1u64 << 40;
+        let got = run(&p, &[far, far + 1, u64::MAX]);
+        assert!(got.iter().all(|w| w.is_empty()), "{got:?}");
+        // The slots still serve ordinary streams.
+        let got = run(&p, &[10, 11]);
+        assert_eq!(got[1], vec![12, 13]);
+    }
+
+    /// Four readers scan four ranges at once, each missing only where nothing was proposed for
+    /// it yet (as a reader of a real cache would): with no lock, every reader still gets its
+    /// range read ahead, and no buffer is proposed twice.
+    #[test]
+    fn concurrent_readers_each_keep_a_stream() {
+        let p = ReadAhead::new(4, 64).asynchronous();
+        let n = 2_000_000u64;
+        std::thread::scope(|sc| {
+            for t in 0..4u64 {
+                let p = &p;
+                sc.spawn(move || {
+                    let base = t * 10 * n;
+                    let mut proposed = vec![false; n as usize];
+                    let mut out = Vec::new();
+                    let mut misses = 0;
+                    for i in base..base + n {
+                        if proposed[(i - base) as usize] {
+                            continue;
+                        }
+                        misses += 1;
+                        out.clear();
+                        p.on_miss(i, &mut out);
+                        for &j in &out {
+                            assert!(j > i && j < base + 10 * n, "{j} outside reader {t}");
+                            if j < base + n {
+                                let slot = &mut proposed[(j - base) as usize];
+                                assert!(!*slot, "buffer {j} proposed twice");
+                                *slot = true;
+                            }
+                        }
+                    }
+                    assert!(misses < n / 10, "reader {t} missed {misses} of {n}");
+                });
+            }
+        });
+    }
+
+    /// Two misses of one stream race: one at its marker, one just past its end. Whichever
+    /// CAS wins proposes its window; the loser proposes nothing the winner did.
+    #[test]
+    fn racing_misses_of_one_stream_never_propose_a_buffer_twice() {
+        let rounds = 20_000;
+        let ps: Vec<ReadAhead> = (0..rounds)
+            .map(|_| {
+                let p = ReadAhead::new(4, 8).asynchronous();
+                // 0 opens window 1..=4 with marker 3.
+                assert_eq!(run(&p, &[0])[0], vec![1, 2, 4]);
+                p
+            })
+            .collect();
+        let barrier = std::sync::Barrier::new(2);
+        let (a, b) = std::thread::scope(|sc| {
+            let go = |index: u64| {
+                let (ps, barrier) = (&ps, &barrier);
+                sc.spawn(move || {
+                    ps.iter()
+                        .map(|p| {
+                            barrier.wait();
+                            let mut out = Vec::new();
+                            p.on_miss(index, &mut out);
+                            out
+                        })
+                        .collect::<Vec<_>>()
+                })
+            };
+            let (a, b) = (go(3), go(5));
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        for (x, y) in a.iter().zip(&b) {
+            assert!(x.iter().all(|i| !y.contains(i)), "{x:?} and {y:?} overlap");
+        }
     }
 
     #[test]
