@@ -26,11 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::super::Layout;
 use super::Prefetcher;
 
-const MAX_WINDOW: u64 = (1 << SIZE_BITS) - 1;
-
-// A stream packs into one `u64`, so that a miss updates it with one CAS and no lock: the
-// transparent default runs this on every fault, and a per-mapping mutex there would be the one
-// lock on the miss path. Bits 0..36: the stream's last buffer + 1 (0: an empty slot; a
+// The packed stream word. Bits 0..36: the stream's last buffer + 1 (0: an empty slot; a
 // mapping has fewer than 2^35 buffers, since the address space holds 2^47 bytes); 36..50: the
 // window's size (0: not sequential yet); 50..64: how far the marker lies before `last`, plus
 // one (0: no marker).
@@ -55,7 +51,7 @@ impl StreamState {
             Some(m) => self.last.checked_sub(m)? + 1,
             None => 0,
         };
-        if self.size > MAX_WINDOW || back > MAX_WINDOW {
+        if self.size > ReadAhead::MAX_WINDOW || back > ReadAhead::MAX_WINDOW {
             return None;
         }
         Some(last1 | self.size << LAST_BITS | back << (LAST_BITS + SIZE_BITS))
@@ -71,7 +67,7 @@ impl StreamState {
         let back = w >> (LAST_BITS + SIZE_BITS);
         Some(StreamState {
             last,
-            size: (w >> LAST_BITS) & MAX_WINDOW,
+            size: (w >> LAST_BITS) & ReadAhead::MAX_WINDOW,
             marker: (back > 0).then(|| last - (back - 1)),
         })
     }
@@ -91,7 +87,7 @@ pub struct ReadAhead {
 
 impl ReadAhead {
     /// Windows are at most this many buffers, so that a stream packs into one word.
-    pub const MAX_WINDOW: u64 = MAX_WINDOW;
+    pub const MAX_WINDOW: u64 = (1 << SIZE_BITS) - 1;
 
     /// Windows start at `initial` buffers and double up to `max` (at most
     /// [`ReadAhead::MAX_WINDOW`]); 4 streams.
@@ -101,11 +97,11 @@ impl ReadAhead {
 
     /// As [`ReadAhead::new`], tracking `streams` concurrent sequential readers (at least 1).
     pub fn with_streams(initial: u64, max: u64, streams: usize) -> Self {
-        let initial = initial.clamp(1, MAX_WINDOW);
+        let initial = initial.clamp(1, ReadAhead::MAX_WINDOW);
         let n = streams.max(1);
         ReadAhead {
             initial,
-            max: max.clamp(initial, MAX_WINDOW),
+            max: max.clamp(initial, ReadAhead::MAX_WINDOW),
             buffers: u64::MAX,
             asynchronous: false,
             streams: (0..n).map(|_| AtomicU64::new(0)).collect(),
@@ -311,8 +307,8 @@ mod tests {
             },
             StreamState {
                 last: (1 << LAST_BITS) - 2,
-                size: MAX_WINDOW,
-                marker: Some((1 << LAST_BITS) - 2 - MAX_WINDOW + 1),
+                size: ReadAhead::MAX_WINDOW,
+                marker: Some((1 << LAST_BITS) - 2 - ReadAhead::MAX_WINDOW + 1),
             },
         ] {
             let w = s.pack().unwrap();
@@ -330,7 +326,7 @@ mod tests {
     #[test]
     fn misses_beyond_a_word_are_left_untracked_and_windows_are_capped() {
         let p = ReadAhead::new(2, 1 << 30);
-        assert_eq!(p.max, MAX_WINDOW);
+        assert_eq!(p.max, ReadAhead::MAX_WINDOW);
         let far = 1u64 << 40;
         let got = run(&p, &[far, far + 1, u64::MAX]);
         assert!(got.iter().all(|w| w.is_empty()), "{got:?}");
