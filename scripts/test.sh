@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test of the project: unit, integration, doc tests, the shuttle model check of the
-# buffer protocol (a separate build, since it swaps the state word's atomics for shuttle's), and
+# buffer protocol (a separate build, since it swaps the state word's atomics for shuttle's), the
+# unsafe code under valgrind (memcheck.sh), the lock-free structures under Miri (miri.sh), and
 # the S3 tests against a SeaweedFS server started here (scripts/s3-server.sh) and stopped on
 # exit, failure included. UCACHE_S3_REQUIRED=1 makes a missing server fail the S3 tests
 # instead of skipping them.
@@ -22,3 +23,4 @@ cargo test --workspace --all-targets
 cargo test --workspace --doc
 cargo test -p ucache --features shuttle --test model
 bash scripts/memcheck.sh
+bash scripts/miri.sh

@@ -36,7 +36,8 @@ pub(crate) struct Evictor {
     kicked: AtomicBool,
     /// The cache this evictor serves; weak, so the thread does not keep it alive.
     core: Weak<CacheCore>,
-    /// The thread, once started; `None` if it could not be (the evictor is then off).
+    /// The thread, started by the first [`Evictor::keep_free`]; `None` if it could not be
+    /// (the evictor is then off).
     thread: OnceLock<Option<Thread>>,
 }
 
@@ -50,9 +51,22 @@ impl Evictor {
         }
     }
 
-    /// Keeps at least `bytes` free from now on (the largest of every call).
+    /// Keeps at least `bytes` free from now on (the largest of every call), starting the
+    /// thread on the first call. Called by `Cache::map`, never on a miss: a transparent miss
+    /// runs inside a signal handler, where creating a thread is not safe.
     pub(crate) fn keep_free(&self, bytes: u64) {
-        self.low.fetch_max(bytes, Ordering::Relaxed);
+        let started = self.thread.get_or_init(|| {
+            let weak = self.core.clone();
+            std::thread::Builder::new()
+                .name("ucache-evict".into())
+                .spawn(move || run(weak))
+                .ok()
+                .map(|h| h.thread().clone())
+        });
+        // Out of threads: loaders evict for themselves, as without the evictor.
+        if started.is_some() {
+            self.low.fetch_max(bytes, Ordering::Relaxed);
+        }
     }
 
     /// Bytes kept free, 0 if the evictor is off.
@@ -61,26 +75,13 @@ impl Evictor {
         self.low.load(Ordering::Relaxed)
     }
 
-    /// Wakes the thread (starting it on first use) unless it is already awake.
+    /// Wakes the thread unless it is already awake. Only an atomic swap and a futex wake:
+    /// safe inside the SIGBUS handler that serves transparent misses.
     pub(crate) fn kick(&self) {
         if self.kicked.load(Ordering::Relaxed) || self.kicked.swap(true, Ordering::SeqCst) {
             return;
         }
-        let t = self.thread.get_or_init(|| {
-            let weak = self.core.clone();
-            let spawned = std::thread::Builder::new()
-                .name("ucache-evict".into())
-                .spawn(move || run(weak));
-            match spawned {
-                Ok(h) => Some(h.thread().clone()),
-                // Out of threads: loaders evict for themselves, as without the evictor.
-                Err(_) => {
-                    self.low.store(0, Ordering::Relaxed);
-                    None
-                }
-            }
-        });
-        if let Some(t) = t {
+        if let Some(Some(t)) = self.thread.get() {
             t.unpark();
         }
     }

@@ -248,7 +248,7 @@ mod tests {
     /// Probing from the hand every time would look at 5 * 10^9 slots here.
     #[test]
     fn filling_without_eviction_is_linear() {
-        let n = 100_000;
+        let n = if cfg!(miri) { 1_000 } else { 100_000 };
         let s = ResidentSet::new(n, n + 2);
         for k in 0..n {
             s.insert(k);
@@ -300,8 +300,9 @@ mod tests {
 
     #[test]
     fn slots_are_reused_under_churn() {
-        let s = ResidentSet::new(64, 64_000);
-        for round in 0..1000u64 {
+        let rounds = if cfg!(miri) { 50 } else { 1000u64 };
+        let s = ResidentSet::new(64, 64 * rounds);
+        for round in 0..rounds {
             for k in 0..64 {
                 s.insert(round * 64 + k);
             }
@@ -314,17 +315,20 @@ mod tests {
 
     #[test]
     fn concurrent_insert_remove() {
-        let s = std::sync::Arc::new(ResidentSet::new(4 * 1000, 3_100_000));
+        // Under Miri (which checks every access of the race for data races) a smaller run.
+        let (rounds, keys) = if cfg!(miri) { (3, 20) } else { (50, 1000) };
+        let s = std::sync::Arc::new(ResidentSet::new(4 * keys, 4 * rounds * keys));
         let ts: Vec<_> = (0..4u64)
             .map(|t| {
                 let s = s.clone();
                 std::thread::spawn(move || {
-                    for r in 0..50u64 {
-                        for k in 0..1000 {
-                            s.insert(t * 1_000_000 + r * 1000 + k);
+                    let base = t * rounds * keys;
+                    for r in 0..rounds {
+                        for k in 0..keys {
+                            s.insert(base + r * keys + k);
                         }
-                        for k in 0..1000 {
-                            assert!(s.remove(t * 1_000_000 + r * 1000 + k));
+                        for k in 0..keys {
+                            assert!(s.remove(base + r * keys + k));
                         }
                     }
                 })
