@@ -48,7 +48,10 @@ How to read it:
   keeps the same 32 loads in flight through one pin_each stream per thread, so compare
   those two.
 - others' CPU % is what other processes on this machine used during each run; figures taken
-  while it is high are not comparable with quieter ones. Compare ratios within one run.
+  while it is high are not comparable with quieter ones. Compare ratios within one run. On a
+  disk it also holds the kernel's softirq ticks, which /proc/stat bills to whoever a tick
+  lands on: ucache-explicit reads higher there without anyone using that CPU
+  (docs/design.md, section 'Background eviction').
 For other sizes, thread counts (16 threads on 2 cores is a fine test), the seq workload or
 a zram-backed file (scripts/zram-setup.sh), use `ucache bench --help`.
 ";
