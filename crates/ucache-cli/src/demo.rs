@@ -49,9 +49,9 @@ How to read it:
   those two.
 - others' CPU % is what other processes on this machine used during each run; figures taken
   while it is high are not comparable with quieter ones. Compare ratios within one run. On a
-  disk it also holds the kernel's softirq ticks, which /proc/stat bills to whoever a tick
-  lands on: ucache-explicit reads higher there without anyone using that CPU
-  (docs/design.md, section 'Background eviction').
+  disk it also holds the kernel's softirq time, which /proc/stat counts by timer ticks and
+  charges to no process: ucache-explicit reads higher there, though perf finds that CPU
+  almost unused (docs/design.md, section 'Background eviction').
 For other sizes, thread counts (16 threads on 2 cores is a fine test), the seq workload or
 a zram-backed file (scripts/zram-setup.sh), use `ucache bench --help`.
 ";
