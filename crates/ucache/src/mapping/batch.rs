@@ -1,0 +1,332 @@
+//! Batched loads: `ensure_cached` and `prefetch` claim many buffers first and read them in
+//! one store batch, so a device sees many requests in flight; `read` copies through the cache
+//! or, for buffers the policy does not admit, around it.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{take_result, zero_tail, MappingCore};
+use crate::error::{Error, Result};
+use crate::io_worker::Job;
+use crate::staging::with_staging;
+use crate::state::{BufferState, Phase, Pin};
+use crate::stats::Counter;
+use crate::store::IoBuf;
+
+/// Bytes of buffers per IO job of a prefetch: a readahead window of 1 MiB goes to the IO
+/// threads as eight jobs, so they start on its first run before its last one is claimed.
+const PREFETCH_JOB_BYTES: usize = 128 << 10;
+
+/// What [`MappingCore::claim_loads`] got.
+struct Claims {
+    /// Buffers now `Loading` and ours, their budget reserved.
+    claimed: Vec<u64>,
+    /// Buffers another thread is loading or evicting.
+    others: Vec<u64>,
+    /// A prefetch stopped short: memory could not be had without waiting.
+    stopped: bool,
+}
+
+impl MappingCore {
+    /// Claims every evicted buffer among `indices` (reserving budget for each); the rest are
+    /// cached, loading or evicting by someone else. `demand` says the caller needs the data now
+    /// (ensure_cached), not a prefetch: only demand misses reach [`Policy::on_miss`](crate::policy::Policy::on_miss), and only
+    /// a prefetch stops when memory cannot be had without waiting.
+    fn claim_loads(&self, indices: impl Iterator<Item = u64>, demand: bool) -> Result<Claims> {
+        let mut claimed = Vec::new();
+        let mut others = Vec::new();
+        let mut stopped = false;
+        for i in indices {
+            let s = self.state(i);
+            let w = s.load();
+            if w.phase() == Phase::Cached {
+                // Counts as an access for the policy, so this batch's own loads do not evict it.
+                // The buffer is not pinned, so it may be evicted as the hook runs: the bundled
+                // policies ignore hits on buffers they no longer hold, and reset what a stray
+                // hit left behind when the buffer is inserted again.
+                let _ = s.update(|w| w.touch());
+                if self.policy_hits {
+                    self.policy.on_hit(i);
+                }
+                continue;
+            }
+            let Some(l) = w.begin_load() else {
+                others.push(i);
+                continue;
+            };
+            if s.cas(w, l).is_err() {
+                others.push(i);
+                continue;
+            }
+            if demand {
+                self.policy.on_miss(i);
+            }
+            // A prefetch never waits for memory: when nothing can be evicted now (the budget is
+            // held by pins or by this very batch's loads), it stops here.
+            match self.reserve_claimed(s, demand) {
+                Ok(true) => claimed.push(i),
+                Ok(false) => {
+                    stopped = true;
+                    break;
+                }
+                Err(e) => {
+                    self.abandon_claims(&claimed);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Claims {
+            claimed,
+            others,
+            stopped,
+        })
+    }
+
+    /// Reserves the budget for a buffer this thread just claimed (`Loading`), waiting for
+    /// memory if `wait`, else giving up at once (`Ok(false)`). On failure the claim is undone.
+    pub(super) fn reserve_claimed(&self, s: &BufferState, wait: bool) -> Result<bool> {
+        let got = if wait {
+            self.cache.reserve(self.bs as u64).map(|()| true)
+        } else {
+            Ok(self.cache.try_reserve(self.bs as u64))
+        };
+        match got {
+            Ok(true) => {
+                self.resident.fetch_add(1, Ordering::Relaxed);
+                Ok(true)
+            }
+            other => {
+                let _ = s.update(|w| Some(w.abort_load()));
+                other
+            }
+        }
+    }
+
+    fn abandon_claims(&self, claimed: &[u64]) {
+        for &i in claimed {
+            let _ = self.state(i).update(|w| Some(w.abort_load()));
+            self.resident.fetch_sub(1, Ordering::Relaxed);
+            self.cache.release(self.bs as u64);
+        }
+    }
+
+    /// Reads claimed (`Loading`) buffers in one store batch and publishes them. Returns the
+    /// first error; every failed buffer goes back to `Evicted`.
+    pub(crate) fn load_claimed(&self, claimed: &[u64], prefetched: bool) -> Result<()> {
+        if claimed.is_empty() {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let (ok, first) = if self.region.is_transparent() {
+            with_staging(claimed.len() * self.bs, |p| {
+                self.read_batch_at(claimed, prefetched, |k, _| {
+                    // SAFETY: slot k of this thread's staging area, which holds them all.
+                    unsafe { p.add(k * self.bs) }
+                })
+            })?
+        } else {
+            self.read_batch_at(claimed, prefetched, |_, i| {
+                self.region.at((i << self.shift) as usize)
+            })
+        };
+        let st = self.stats();
+        st.add(
+            if prefetched {
+                Counter::Prefetches
+            } else {
+                Counter::Misses
+            },
+            ok,
+        );
+        st.add(Counter::BytesRead, ok * self.bs as u64);
+        if !prefetched && ok > 0 {
+            st.record_miss_latency(t0.elapsed());
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Reads claimed buffers in one store batch into `dest(k, i)` (the region itself, or
+    /// staging to install from) and publishes each one that succeeds. Returns how many did and
+    /// the first error.
+    fn read_batch_at(
+        &self,
+        claimed: &[u64],
+        prefetched: bool,
+        dest: impl Fn(usize, u64) -> *mut u8,
+    ) -> (u64, Option<Error>) {
+        let mut reqs: Vec<IoBuf> = claimed
+            .iter()
+            .enumerate()
+            // SAFETY: each destination is either a Loading buffer claimed by us or our own
+            // staging slot: exclusive until the batch returns.
+            .map(|(k, &i)| unsafe { IoBuf::new(dest(k, i), self.bs, self.object_offset(i)) })
+            .collect();
+        let mut out = Vec::with_capacity(reqs.len());
+        self.object.read_batch(&mut reqs, &mut out);
+        drop(reqs);
+        let mut first = None;
+        let mut ok = 0u64;
+        for (k, &i) in claimed.iter().enumerate() {
+            match self.finish_load(
+                i,
+                dest(k, i),
+                take_result(&mut out, k),
+                prefetched,
+                Pin::None,
+            ) {
+                Ok(()) => ok += 1,
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        (ok, first)
+    }
+
+    /// Ends the load of claimed buffer `i`, whose read into `dest` (the region itself, or a
+    /// staging slot of `bs` bytes) returned `got`: installs it if staged, and publishes it
+    /// holding `pin`, or gives it back evicted and reports why.
+    pub(super) fn finish_load(
+        &self,
+        i: u64,
+        dest: *mut u8,
+        mut got: io::Result<usize>,
+        prefetched: bool,
+        pin: Pin,
+    ) -> Result<()> {
+        let transparent = self.region.is_transparent();
+        if transparent {
+            // SAFETY: dest is our staging slot of bs bytes.
+            let buf = unsafe { std::slice::from_raw_parts_mut(dest, self.bs) };
+            got = got.map(|n| zero_tail(buf, n));
+        }
+        let r = self.check_read(i, got).and_then(|()| {
+            if !transparent {
+                return Ok(());
+            }
+            // SAFETY: the staging slot is readable; buffer i is Loading and ours.
+            unsafe {
+                self.region
+                    .install((i << self.shift) as usize, dest, self.bs, false)
+            }
+        });
+        match r {
+            Ok(()) => self.publish(i, pin, prefetched, false),
+            Err(_) => self.fail_load(i),
+        }
+        r
+    }
+
+    /// Loads the missing buffers among `indices` with one batch from this thread, then waits
+    /// for any that other threads were loading.
+    pub(crate) fn ensure_cached_indices(self: &Arc<Self>, indices: &[u64]) -> Result<()> {
+        for &i in indices {
+            self.check_index(i)?;
+        }
+        let Claims {
+            claimed, others, ..
+        } = self.claim_loads(indices.iter().copied(), true)?;
+        let hits = indices.len() - claimed.len() - others.len();
+        self.stats().add(Counter::Hits, hits as u64);
+        self.load_claimed(&claimed, false)?;
+        for i in others {
+            drop(self.pin_shared(i)?);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn ensure_cached_range(self: &Arc<Self>, offset: u64, len: u64) -> Result<()> {
+        let r = self.range(offset, len)?;
+        let v: Vec<u64> = r.collect();
+        self.ensure_cached_indices(&v)
+    }
+
+    /// Whether a read of buffer `i` should go around the cache: it is not resident (nor on its
+    /// way in) and the policy refuses to admit it.
+    fn bypass(&self, i: u64) -> bool {
+        self.state(i).load().phase() == Phase::Evicted && !self.policy.admit(i)
+    }
+
+    /// Copies `[offset, offset + buf.len())` out of the mapping: each covered buffer is pinned
+    /// shared (loading it on a miss) and copied, except buffers that are missing and that the
+    /// policy refuses to admit, whose bytes are read straight from the store.
+    pub(crate) fn read_into(self: &Arc<Self>, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let r = self.range(offset, buf.len() as u64)?;
+        let end = offset + buf.len() as u64;
+        let mut bypassed = 0;
+        for i in r {
+            let first = i << self.shift;
+            let from = offset.max(first);
+            let to = end.min(first + self.bs as u64);
+            let dst = &mut buf[(from - offset) as usize..(to - offset) as usize];
+            let within = (from - first) as usize;
+            if self.bypass(i) {
+                // Still a demand miss, as the policy's history should know.
+                self.policy.on_miss(i);
+                self.read_around(i, within, dst)?;
+                bypassed += 1;
+            } else {
+                let g = self.pin_shared(i)?;
+                dst.copy_from_slice(&g[within..within + dst.len()]);
+            }
+        }
+        self.stats().add(Counter::Bypasses, bypassed);
+        Ok(())
+    }
+
+    /// Reads buffer `i` from the store into staging memory and copies bytes `within..` of it
+    /// into `dst`. The whole buffer is read so an `O_DIRECT` store sees an aligned request.
+    fn read_around(&self, i: u64, within: usize, dst: &mut [u8]) -> Result<()> {
+        with_staging(self.bs, |p| {
+            // SAFETY: the staging area is this thread's and at least bs long.
+            let tmp = unsafe { std::slice::from_raw_parts_mut(p, self.bs) };
+            let got = self.object.read_at(tmp, self.object_offset(i));
+            self.check_read(i, got)?;
+            dst.copy_from_slice(&tmp[within..within + dst.len()]);
+            self.stats().add(Counter::BytesRead, self.valid(i) as u64);
+            Ok(())
+        })?
+    }
+
+    /// Claims the evicted buffers among `indices` that the policy admits and has the IO worker
+    /// load them; the others are dropped (a prefetch is only advice).
+    pub(crate) fn prefetch_indices(self: &Arc<Self>, indices: &[u64]) -> Result<()> {
+        for &i in indices {
+            self.check_index(i)?;
+        }
+        let before = indices.len();
+        let admitted: Vec<u64> = indices
+            .iter()
+            .copied()
+            .filter(|&i| !self.bypass(i))
+            .collect();
+        self.stats()
+            .add(Counter::Bypasses, (before - admitted.len()) as u64);
+        // One job per run: the IO threads read the first run while this thread still claims
+        // (and evicts for) the rest. No more than the budget holds, or the last runs would
+        // evict the first ones, loaded by then.
+        let per_job = (PREFETCH_JOB_BYTES >> self.shift).max(1);
+        let budget = self.cache.budget_bytes() >> self.shift;
+        let admitted = &admitted[..admitted.len().min(budget as usize)];
+        for run in admitted.chunks(per_job) {
+            let c = self.claim_loads(run.iter().copied(), false)?;
+            if !c.claimed.is_empty() {
+                self.cache.io.submit(Job::Load {
+                    mapping: self.clone(),
+                    indices: c.claimed,
+                });
+            }
+            if c.stopped {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn prefetch_range(self: &Arc<Self>, offset: u64, len: u64) -> Result<()> {
+        let v: Vec<u64> = self.range(offset, len)?.collect();
+        MappingCore::prefetch_indices(self, &v)
+    }
+}

@@ -1,0 +1,191 @@
+//! Eviction: optimistic and batched. Candidates are claimed by CAS (a pinned or touched one
+//! fails and is skipped, never waited for), dirty ones written back in one batch, and the
+//! memory of the rest dropped with one `process_madvise`.
+
+use std::sync::atomic::Ordering;
+
+use super::MappingCore;
+use crate::error::{Error, Result};
+use crate::policy::Buffers;
+use crate::state::Phase;
+use crate::stats::Counter;
+
+impl MappingCore {
+    /// Asks the policy for up to `want` victims and evicts those that validate; if none do,
+    /// the manager's own sweep picks the victims instead.
+    pub(crate) fn evict_some(&self, want: usize) -> u64 {
+        match &self.aside {
+            Some(q) => self.evict_some_tracked(q, want),
+            None => self.evict_chosen(want),
+        }
+    }
+
+    /// Evicts the policy's choice now, without a second chance.
+    pub(super) fn evict_chosen(&self, want: usize) -> u64 {
+        let mut cands = Vec::with_capacity(want);
+        let buffers = Buffers::new(&self.states);
+        self.policy
+            .choose_eviction_buffers(&buffers, want, &mut cands);
+        let n = self.evict_indices(&cands, false).0;
+        if n > 0 {
+            return n;
+        }
+        cands.clear();
+        self.policy.fallback_victims(&buffers, want, &mut cands);
+        self.evict_indices(&cands, false).0
+    }
+
+    pub(crate) fn evict_range(&self, offset: u64, len: u64) -> Result<()> {
+        let v: Vec<u64> = self.range(offset, len)?.collect();
+        let (_, errors) = self.evict_indices(&v, true);
+        match errors.into_iter().next() {
+            None => Ok(()),
+            Some((n, first)) => Err(Error::WritebackFailed {
+                failed: n,
+                first: Box::new(first),
+            }),
+        }
+    }
+
+    /// Evicts the candidates that validate: cached, idle, and (unless `explicit`) not vetoed by
+    /// the policy. Dirty ones are written back first in one batch. Returns the number evicted
+    /// and, if write-backs failed, their count and the first error.
+    pub(super) fn evict_indices(
+        &self,
+        cands: &[u64],
+        explicit: bool,
+    ) -> (u64, Option<(usize, Error)>) {
+        let mut clean = Vec::with_capacity(cands.len());
+        let mut aside = Vec::new();
+        let mut dirty = Vec::new();
+        let mut cancels = 0u64;
+        for &i in cands {
+            if !explicit && !self.policy.is_evictable(i) {
+                cancels += 1;
+                continue;
+            }
+            let s = self.state(i);
+            let w = s.load();
+            if w.dirty() {
+                if self.writable && self.claim_writeback(i) {
+                    dirty.push(i);
+                } else {
+                    cancels += 1;
+                }
+            } else if let Some(e) = w.begin_evict() {
+                if s.cas(w, e).is_ok() {
+                    if w.phase() == Phase::Aside {
+                        aside.push(i);
+                    } else {
+                        clean.push(i);
+                    }
+                } else {
+                    cancels += 1;
+                }
+            } else {
+                cancels += 1;
+            }
+        }
+        let mut failure = None;
+        if !dirty.is_empty() {
+            let errors = self.write_claimed(&dirty);
+            if let Some(first) = errors.into_iter().next() {
+                failure = Some((
+                    dirty
+                        .iter()
+                        .filter(|&&i| self.state(i).load().dirty())
+                        .count(),
+                    first,
+                ));
+            }
+            for &i in &dirty {
+                // Written and not touched since: claim it like any clean buffer.
+                let s = self.state(i);
+                if s.update(|w| w.begin_evict()).is_ok() {
+                    clean.push(i);
+                } else {
+                    cancels += 1;
+                }
+            }
+        }
+        self.stats().add(Counter::EvictionCancels, cancels);
+        if let Some(pool) = &self.aside {
+            // Set-aside buffers have no pages in the mapping: freeing the slot is all.
+            aside.iter().for_each(|&i| pool.release(i));
+        }
+        if !clean.is_empty() {
+            // Neighbours (a scan's buffers) go as one range: one zap instead of many.
+            clean.sort_unstable();
+            let mut ranges: Vec<(usize, usize)> = Vec::with_capacity(clean.len());
+            for &i in &clean {
+                let off = (i << self.shift) as usize;
+                match ranges.last_mut() {
+                    Some((o, l)) if *o + *l == off => *l += self.bs,
+                    _ => ranges.push((off, self.bs)),
+                }
+            }
+            if let Err(e) = self.region.drop_ranges(&ranges) {
+                // The memory could not be dropped: keep every buffer resident and valid.
+                for &i in &clean {
+                    let _ = self.state(i).update(|w| Some(w.cancel_evict()));
+                }
+                clean.clear();
+                failure = failure.or(Some((0, e)));
+            }
+        }
+        clean.append(&mut aside);
+        if clean.is_empty() {
+            return (0, failure);
+        }
+        let mut wasted = 0;
+        for &i in &clean {
+            self.policy.on_evict(i);
+            let s = self.state(i);
+            if s.load().prefetched() {
+                wasted += 1;
+            }
+            let r = s.update(|w| Some(w.finish_evict()));
+            debug_assert!(r.is_ok());
+        }
+        let n = clean.len() as u64;
+        self.resident.fetch_sub(n, Ordering::Relaxed);
+        self.cache.release(n * self.bs as u64);
+        let st = self.stats();
+        st.add(Counter::Evictions, n);
+        st.add(Counter::PrefetchWasted, wasted);
+        (n, failure)
+    }
+
+    /// Writes back everything, then evicts everything and leaves the cache. On a write-back
+    /// failure nothing is released.
+    pub(super) fn release(&self) -> Result<()> {
+        if self.unmapped.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.msync_range(0, self.len)?;
+        self.cache.remove_mapping(self.id);
+        self.unmapped.store(true, Ordering::Relaxed);
+        let all: Vec<u64> = (0..self.buffers()).collect();
+        for chunk in all.chunks(1024) {
+            // Settle buffers that a background load or a concurrent evictor still owns.
+            for &i in chunk {
+                let s = self.state(i);
+                loop {
+                    let w = s.load();
+                    if matches!(w.phase(), Phase::Cached | Phase::Evicted | Phase::Aside)
+                        && !w.writing()
+                    {
+                        break;
+                    }
+                    s.wait_change(w);
+                }
+            }
+            let (_, failure) = self.evict_indices(chunk, true);
+            if let Some((_, e)) = failure {
+                return Err(e);
+            }
+        }
+        debug_assert_eq!(self.resident(), 0, "unmap left buffers resident");
+        Ok(())
+    }
+}

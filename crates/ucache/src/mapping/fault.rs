@@ -1,0 +1,93 @@
+//! Transparent faults: a load or store that found no page, or a first store to a clean
+//! buffer, served with the pin path's protocol but without a pin.
+
+use std::sync::Arc;
+
+use super::MappingCore;
+use crate::error::{Error, Result};
+use crate::fault::FaultAction;
+use crate::state::{BufferState, Phase, Pin};
+use crate::stats::Counter;
+use crate::stopwatch::Stopwatch;
+
+impl MappingCore {
+    /// Serves a fault at byte `offset` of a transparent mapping, on the faulting thread
+    /// (inside its SIGBUS handler): a miss is loaded like a pin's miss, a first store to a
+    /// clean buffer marks it dirty and lifts the write protection. Returning makes the access
+    /// run again.
+    pub(crate) fn fault(self: &Arc<Self>, offset: usize, write: bool) -> Result<()> {
+        let i = (offset >> self.shift) as u64;
+        let s = self.slot(i)?;
+        if write && !self.writable {
+            return Err(Error::ReadOnly);
+        }
+        self.stats().add(Counter::Faults, 1);
+        let mut sw = self.stopwatch();
+        let r = self.serve_fault(s, i, offset, write, &mut sw);
+        if sw.is_on() {
+            self.stats().add(Counter::FaultsTimed, 1);
+            sw.total(self.stats(), Counter::FaultNs);
+        }
+        r
+    }
+
+    fn serve_fault(
+        self: &Arc<Self>,
+        s: &BufferState,
+        i: u64,
+        offset: usize,
+        write: bool,
+        sw: &mut Stopwatch,
+    ) -> Result<()> {
+        let mut w = s.load();
+        loop {
+            match w.phase() {
+                Phase::Evicted if w.idle() => {
+                    if self.load_one(i, w, Pin::None, write, sw)? {
+                        self.after_miss(i);
+                        sw.lap(self.stats(), Counter::FaultBookkeepingNs);
+                        return Ok(());
+                    }
+                }
+                Phase::Aside if w.idle() => {
+                    if self.restore(i, w, Pin::None, write, sw)? {
+                        return Ok(());
+                    }
+                }
+                // A read that raced the load of its page: it is there now.
+                Phase::Cached if !write => return Ok(()),
+                Phase::Cached if w.exclusive() => {
+                    // The holder of an exclusive pin writes through its guard; nothing else
+                    // can claim the buffer meanwhile.
+                    let _ = s.update(|w| w.exclusive().then(|| w.mark_dirty()));
+                    self.stats().add(Counter::WriteFaults, 1);
+                    return self.region.protect(offset & !(self.bs - 1), self.bs, false);
+                }
+                Phase::Cached => {
+                    if let Some(x) = w.begin_enable_write() {
+                        if s.cas(w, x).is_ok() {
+                            self.stats().add(Counter::WriteFaults, 1);
+                            let r = self.region.protect(offset & !(self.bs - 1), self.bs, false);
+                            let _ = s.update(|w| Some(w.finish_enable_write()));
+                            return r;
+                        }
+                    } else {
+                        // A write-back is reading the bytes: wait for it.
+                        s.wait_change(w);
+                    }
+                }
+                _ => s.wait_change(w),
+            }
+            w = s.load();
+        }
+    }
+
+    /// A fault could not be served: asks the mapping's hook, if any. Returns whether the
+    /// access should simply run again (true) or SIGBUS be delivered (false).
+    pub(crate) fn fault_failed(&self, addr: usize, e: &Error) -> bool {
+        match &self.fault_hook {
+            Some(h) => h(addr, e) == FaultAction::Retry,
+            None => false,
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! Pins: the hit path (one atomic add on the state word) and the miss path (one thread
+//! claims the buffer, reads it into place and publishes it; the others wait on its word
+//! alone), plus the optimistic read that validates a version instead of pinning.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{zero_tail, MappingCore};
+use crate::error::{Error, Result};
+use crate::guard::{ExclusiveGuard, OptimisticView, SharedGuard};
+use crate::staging::with_staging;
+use crate::state::{BufferState, Phase, Pin, Word};
+use crate::stats::Counter;
+use crate::stopwatch::Stopwatch;
+
+impl MappingCore {
+    pub(crate) fn pin_shared(self: &Arc<Self>, i: u64) -> Result<SharedGuard<'_>> {
+        let s = self.slot(i)?;
+        self.pin(s, i, Pin::Shared)?;
+        // SAFETY: we hold a shared pin: the buffer is Cached and nobody writes it until unpin.
+        Ok(unsafe {
+            SharedGuard::new(
+                self,
+                i,
+                self.region.at((i << self.shift) as usize),
+                self.valid(i),
+            )
+        })
+    }
+
+    pub(crate) fn pin_exclusive(self: &Arc<Self>, i: u64) -> Result<ExclusiveGuard<'_>> {
+        let s = self.slot(i)?;
+        if !self.writable {
+            return Err(Error::ReadOnly);
+        }
+        self.pin(s, i, Pin::Exclusive)?;
+        // SAFETY: we hold the exclusive pin: nobody else reads or writes the buffer until unpin.
+        Ok(unsafe {
+            ExclusiveGuard::new(
+                self,
+                i,
+                self.region.at((i << self.shift) as usize),
+                self.valid(i),
+            )
+        })
+    }
+
+    /// Pins buffer `i`, loading it if needed. The heart of the hit and miss paths.
+    #[inline]
+    fn pin(self: &Arc<Self>, s: &BufferState, i: u64, pin: Pin) -> Result<()> {
+        if pin == Pin::Shared {
+            if let Some(old) = s.pin_shared_fast() {
+                self.stats().add(Counter::Hits, 1);
+                self.on_hit(i, old);
+                return Ok(());
+            }
+        }
+        let mut w = s.load();
+        let mut waited = false;
+        loop {
+            let next = match pin {
+                Pin::Shared => w.pin_shared(),
+                _ => w.pin_exclusive(),
+            };
+            if let Some(n) = next {
+                match s.cas(w, n) {
+                    Ok(()) => {
+                        let c = if waited {
+                            Counter::Waits
+                        } else {
+                            Counter::Hits
+                        };
+                        self.stats().add(c, 1);
+                        self.on_hit(i, w);
+                        return Ok(());
+                    }
+                    Err(cur) => {
+                        w = cur;
+                        continue;
+                    }
+                }
+            }
+            if w.phase() == Phase::Evicted && w.idle() {
+                if self.load_one(i, w, pin, false, &mut Stopwatch::new(false))? {
+                    self.after_miss(i);
+                    return Ok(());
+                }
+            } else if w.phase() == Phase::Aside && w.idle() {
+                if self.restore(i, w, pin, false, &mut Stopwatch::new(false))? {
+                    return Ok(());
+                }
+            } else {
+                waited = true;
+                s.wait_change(w);
+            }
+            w = s.load();
+        }
+    }
+
+    /// The hooks of a pin that found the buffer cached (`old` is the word before the pin).
+    #[inline]
+    fn on_hit(&self, i: u64, old: Word) {
+        if old.prefetched() {
+            self.stats().add(Counter::PrefetchUsed, 1);
+        }
+        if self.policy_hits {
+            self.policy.on_hit(i);
+        }
+    }
+
+    /// Tries to become the loader of buffer `i` (seen as `seen`) and load it, keeping `pin`;
+    /// `dirty` publishes it dirty and writable (a transparent write miss). Returns false if
+    /// another thread won the claim. `sw` times the phases of a fault.
+    pub(super) fn load_one(
+        &self,
+        i: u64,
+        seen: Word,
+        pin: Pin,
+        dirty: bool,
+        sw: &mut Stopwatch,
+    ) -> Result<bool> {
+        let Some(claimed) = seen.begin_load() else {
+            return Ok(false);
+        };
+        let s = self.state(i);
+        if s.cas(seen, claimed).is_err() {
+            return Ok(false);
+        }
+        // Claim first, reserve second: a thread that saw the buffer evicted a moment ago must
+        // not evict others (or this very buffer, once loaded by someone else) for nothing.
+        sw.skip();
+        self.policy.on_miss(i);
+        sw.lap(self.stats(), Counter::FaultBookkeepingNs);
+        self.reserve_claimed(s, true)?;
+        let t0 = sw
+            .lap(self.stats(), Counter::FaultEvictNs)
+            .unwrap_or_else(Instant::now);
+        match self.read_claimed(i, dirty, sw) {
+            Ok(()) => {
+                self.stats().record_miss_latency(sw.since(t0));
+                self.stats().add(Counter::Misses, 1);
+                self.stats().add(Counter::BytesRead, self.bs as u64);
+                self.publish(i, pin, false, dirty);
+                sw.lap(self.stats(), Counter::FaultBookkeepingNs);
+                Ok(true)
+            }
+            Err(e) => {
+                self.fail_load(i);
+                Err(e)
+            }
+        }
+    }
+
+    /// Reads claimed buffer `i` from the store into place: straight into the region, or, on a
+    /// transparent mapping, into staging memory that is then installed.
+    pub(super) fn read_claimed(&self, i: u64, writable: bool, sw: &mut Stopwatch) -> Result<()> {
+        let off = self.object_offset(i);
+        let at = (i << self.shift) as usize;
+        if !self.region.is_transparent() {
+            // SAFETY: buffer i is Loading and ours: no other thread touches its memory until
+            // we publish it.
+            let buf = unsafe { std::slice::from_raw_parts_mut(self.region.at(at), self.bs) };
+            return self.check_read(i, self.object.read_at(buf, off));
+        }
+        with_staging(self.bs, |p| {
+            // SAFETY: the staging area is this thread's and at least bs long.
+            let buf = unsafe { std::slice::from_raw_parts_mut(p, self.bs) };
+            let got = self.object.read_at(buf, off);
+            sw.lap(self.stats(), Counter::FaultIoNs);
+            self.check_read(i, got.map(|n| zero_tail(buf, n)))?;
+            // SAFETY: buf is readable; buffer i is Loading and ours.
+            let r = unsafe { self.region.install(at, p, self.bs, writable) };
+            sw.lap(self.stats(), Counter::FaultInstallNs);
+            r
+        })?
+    }
+
+    pub(super) fn check_read(&self, i: u64, got: io::Result<usize>) -> Result<()> {
+        let off = self.object_offset(i);
+        match got {
+            Ok(n) if n >= self.valid(i) => Ok(()),
+            Ok(n) => Err(Error::ShortIo {
+                op: "read",
+                object: self.object.name().to_string(),
+                offset: off,
+                got: n,
+                want: self.valid(i),
+            }),
+            Err(e) => Err(Error::io("read", self.object.name(), off, e)),
+        }
+    }
+
+    /// Loading → Cached. The policy learns of the buffer while we still own it.
+    pub(super) fn publish(&self, i: u64, pin: Pin, prefetched: bool, dirty: bool) {
+        self.policy.on_insert(i);
+        let r = self.state(i).update(|w| {
+            let c = w.finish_load(pin, prefetched);
+            Some(if dirty { c.mark_dirty() } else { c })
+        });
+        debug_assert!(r.is_ok());
+    }
+
+    /// Loading → Evicted after a failed read: memory, budget and counters are given back.
+    pub(super) fn fail_load(&self, i: u64) {
+        let _ = self
+            .region
+            .drop_ranges(&[((i << self.shift) as usize, self.bs)]);
+        let r = self.state(i).update(|w| Some(w.abort_load()));
+        debug_assert!(r.is_ok());
+        self.resident.fetch_sub(1, Ordering::Relaxed);
+        self.cache.release(self.bs as u64);
+        self.stats().add(Counter::ReadFailures, 1);
+    }
+
+    /// The prefetch hook after a demand miss.
+    pub(super) fn after_miss(self: &Arc<Self>, i: u64) {
+        if !self.prefetching {
+            return;
+        }
+        let mut want = Vec::new();
+        self.policy.choose_prefetch_buffers(i, &mut want);
+        want.retain(|&j| j < self.buffers());
+        if !want.is_empty() {
+            let _ = MappingCore::prefetch_indices(self, &want);
+        }
+    }
+
+    pub(crate) fn read_optimistic<R>(
+        self: &Arc<Self>,
+        i: u64,
+        mut f: impl FnMut(&OptimisticView<'_>) -> R,
+    ) -> Result<R> {
+        let s = self.slot(i)?;
+        let ptr = self.region.at((i << self.shift) as usize);
+        let valid = self.valid(i);
+        let mut loaded = false;
+        loop {
+            let w = s.load();
+            if w.phase() == Phase::Cached && !w.exclusive() {
+                // SAFETY: the view only performs reads; their results are discarded unless the
+                // version check below proves the buffer was neither evicted nor written.
+                let view = unsafe { OptimisticView::new(ptr, valid) };
+                let r = f(&view);
+                crate::sync::fence(Ordering::Acquire);
+                let v = s.load();
+                if v.phase() == Phase::Cached && !v.exclusive() && v.version() == w.version() {
+                    if !loaded {
+                        self.stats().add(Counter::Hits, 1);
+                    }
+                    return Ok(r);
+                }
+                continue;
+            }
+            // Not readable optimistically: load it (or wait for the writer) with a pin, which
+            // counts the access as a miss or a hit itself.
+            drop(self.pin_shared(i)?);
+            loaded = true;
+        }
+    }
+}
