@@ -240,6 +240,13 @@ impl Cache {
             object,
             options,
         )?);
+        if core.is_transparent() {
+            // Its readahead submits IO jobs from the SIGBUS handler: no thread may start there.
+            self.core.io.start().map_err(|source| Error::Os {
+                call: "spawn ucache-io thread",
+                source,
+            })?;
+        }
         core.register_faults()?;
         // Not under the model checker: its threads are shuttle's, and the evictor's would not be.
         if self.core.background_eviction
@@ -248,11 +255,7 @@ impl Cache {
         {
             self.core.evictor.keep_free(batch_bytes);
         }
-        self.core.mappings.rcu(|list| {
-            let mut l = Vec::clone(list);
-            l.push(core.clone());
-            l
-        });
+        self.core.add_mapping(core.clone());
         Ok(Mapping::new(core))
     }
 
@@ -348,6 +351,14 @@ impl CacheCore {
             }
         }
         Err(Error::OutOfRange { addr: a, len })
+    }
+
+    pub(crate) fn add_mapping(&self, m: Arc<MappingCore>) {
+        self.mappings.rcu(|list| {
+            let mut l = Vec::clone(list);
+            l.push(m.clone());
+            l
+        });
     }
 
     pub(crate) fn remove_mapping(&self, id: u64) {

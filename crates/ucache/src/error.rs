@@ -85,6 +85,18 @@ pub enum Error {
     #[error("write-back failed for {failed} buffer(s); first: {first}")]
     WritebackFailed { failed: usize, first: Box<Error> },
 
+    /// The call would wait for a buffer that the calling thread itself holds: one it pinned
+    /// exclusively, or one its own `pin_each` is still reading (a callback that pins a buffer
+    /// later in the same stream). The wait could never end, so the call fails instead; drop
+    /// the guard first, or let `pin_each` hand the buffer over.
+    #[error("buffer {index} is {why}: waiting for it here would never end")]
+    WouldDeadlock { index: u64, why: &'static str },
+
+    /// `unmap` found buffers loaded or pinned again after its passes: another thread is
+    /// still using the mapping. Nothing was lost; the mapping is whole again.
+    #[error("mapping still in use while unmapping: {resident} buffer(s) resident again")]
+    InUse { resident: u64 },
+
     /// A call on a mapping that was already unmapped.
     #[error("mapping was unmapped")]
     Unmapped,

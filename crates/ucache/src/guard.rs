@@ -6,6 +6,7 @@
 
 use std::ops::{Deref, DerefMut};
 
+use crate::held::{self, Hold};
 use crate::mapping::MappingCore;
 use crate::state::BufferState;
 
@@ -78,6 +79,7 @@ impl<'a> ExclusiveGuard<'a> {
         ptr: *mut u8,
         len: usize,
     ) -> Self {
+        held::hold(mapping.addr(), index, Hold::Exclusive);
         ExclusiveGuard {
             mapping,
             index,
@@ -118,6 +120,7 @@ impl DerefMut for ExclusiveGuard<'_> {
 
 impl Drop for ExclusiveGuard<'_> {
     fn drop(&mut self) {
+        held::release(self.mapping.addr(), self.index, Hold::Exclusive);
         let dirty = self.dirty;
         let r = state(self.mapping, self.index).update(|w| Some(w.unpin_exclusive(dirty)));
         debug_assert!(r.is_ok());

@@ -5,8 +5,8 @@
 //! one store stream ([`crate::store::Object::read_stream`]) that takes in every load job of the
 //! same mapping queued meanwhile: a program that prefetches its next batch while it consumes
 //! the current one keeps the device's queue full, and each buffer is published as its own read
-//! completes. Write-backs run as one store batch. Started on first use: programs that never
-//! prefetch have no thread.
+//! completes. Write-backs run as one store batch. Started on first use (programs that never
+//! prefetch have no thread), or when a transparent mapping is mapped.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock};
@@ -31,6 +31,8 @@ pub(crate) enum Job {
 pub(crate) struct IoWorker {
     threads: usize,
     tx: OnceLock<Sender<Job>>,
+    /// Held while the threads are being started, so only one caller starts them.
+    spawn: parking_lot::Mutex<()>,
 }
 
 /// Most prefetch reads the worker keeps in flight (the ring's size caps it further).
@@ -42,21 +44,39 @@ impl IoWorker {
         IoWorker {
             threads: threads.max(1),
             tx: OnceLock::new(),
+            spawn: parking_lot::Mutex::new(()),
         }
     }
 
+    /// Starts the threads if they are not running yet. A transparent mapping calls this when
+    /// it is mapped: its readahead submits jobs from inside the SIGBUS handler, where creating
+    /// a thread is not safe.
+    pub(crate) fn start(&self) -> std::io::Result<()> {
+        if self.tx.get().is_some() {
+            return Ok(());
+        }
+        let _spawning = self.spawn.lock();
+        if self.tx.get().is_some() {
+            return Ok(());
+        }
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        for k in 0..self.threads {
+            let rx = rx.clone();
+            // On failure the threads already started exit when `tx` drops.
+            std::thread::Builder::new()
+                .name(format!("ucache-io-{k}"))
+                .spawn(move || serve(rx))?;
+        }
+        let _ = self.tx.set(tx);
+        Ok(())
+    }
+
     pub(crate) fn submit(&self, job: Job) {
-        let tx = self.tx.get_or_init(|| {
-            let (tx, rx) = crossbeam_channel::unbounded::<Job>();
-            for k in 0..self.threads {
-                let rx = rx.clone();
-                std::thread::Builder::new()
-                    .name(format!("ucache-io-{k}"))
-                    .spawn(move || serve(rx))
-                    .expect("spawn ucache-io thread");
-            }
-            tx
-        });
+        if self.tx.get().is_none() && self.start().is_err() {
+            // No thread: do the work here rather than lose the claimed buffers.
+            return run_alone(job);
+        }
+        let tx = self.tx.get().expect("started above");
         if let Err(e) = tx.send(job) {
             // The receivers live as long as the threads, which never exit while a sender
             // exists; run the job here rather than lose claimed buffers.

@@ -16,6 +16,7 @@ mod evictor;
 mod fault;
 mod fault_thread;
 mod guard;
+mod held;
 mod io_worker;
 mod mapping;
 pub mod policy;

@@ -151,10 +151,6 @@ impl MappingCore {
                     why: "a read-write mapping must be a multiple of 4096 bytes",
                 });
             }
-            if end > obj_len {
-                obj.set_len(end)
-                    .map_err(|e| Error::io("grow", object, end, e))?;
-            }
         } else if end > obj_len {
             return Err(Error::BeyondObject {
                 object: object.to_string(),
@@ -163,11 +159,17 @@ impl MappingCore {
                 object_len: obj_len,
             });
         }
-        let nbuf = len.div_ceil(bs as u64);
-        let bytes = usize::try_from(nbuf * bs as u64).map_err(|_| Error::BadLength {
+        let too_large = Error::BadLength {
             len,
             why: "too large for the address space",
-        })?;
+        };
+        let nbuf = len.div_ceil(bs as u64);
+        let Some(bytes) = nbuf
+            .checked_mul(bs as u64)
+            .and_then(|b| usize::try_from(b).ok())
+        else {
+            return Err(too_large);
+        };
         let region = if o.transparent {
             if !cfg!(target_arch = "x86_64") {
                 return Err(Error::BadArgument(
@@ -179,10 +181,12 @@ impl MappingCore {
         } else {
             Region::reserve(bytes, bs.min(2 << 20))?
         };
-        let states = (0..nbuf)
-            .map(|_| BufferState::new())
-            .collect::<Vec<_>>()
-            .into_boxed_slice();
+        let mut states = Vec::new();
+        if states.try_reserve_exact(nbuf as usize).is_err() {
+            return Err(too_large);
+        }
+        states.extend((0..nbuf).map(|_| BufferState::new()));
+        let states = states.into_boxed_slice();
         let policy = Guarded::new(
             o.policy.unwrap_or_else(|| {
                 if o.transparent && o.readahead {
@@ -209,6 +213,15 @@ impl MappingCore {
         } else {
             None
         };
+        if o.writable && end > obj_len {
+            // Last, so a mapping refused above leaves the object as it was.
+            if let Err(e) = obj.set_len(end) {
+                if let Some(pool) = &aside {
+                    cache.release(pool.bytes());
+                }
+                return Err(Error::io("grow", object, end, e));
+            }
+        }
         Ok(MappingCore {
             id,
             policy_hits: policy.wants_hits(),
@@ -254,6 +267,10 @@ impl MappingCore {
         Ok(())
     }
 
+    /// This mapping's address: who it is in [`crate::held`]'s records.
+    pub(crate) fn addr(&self) -> usize {
+        self as *const MappingCore as usize
+    }
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
@@ -322,6 +339,19 @@ impl MappingCore {
         Error::OutOfRange {
             addr: (self.base() as usize).wrapping_add((i as usize).wrapping_mul(self.bs)),
             len: self.bs,
+        }
+    }
+
+    /// The error for a wait on buffer `i` that this very thread would have to end, if it
+    /// would be one: the check before every wait of a caller that may hold buffers.
+    #[cold]
+    fn self_wait(&self, i: u64) -> Result<()> {
+        match crate::held::held(self.addr(), i) {
+            Some(h) => Err(Error::WouldDeadlock {
+                index: i,
+                why: h.why(),
+            }),
+            None => Ok(()),
         }
     }
 

@@ -400,3 +400,60 @@ fn failed_and_short_prefetch_runs_are_settled_buffer_by_buffer() {
         assert!(g.iter().all(|&b| b as u64 == i), "buffer {i}");
     }
 }
+
+/// A store whose one object has any length and reads as zeros.
+struct Endless(u64);
+
+impl ucache::store::Store for Endless {
+    fn open(
+        &self,
+        _: &str,
+        _: ucache::store::OpenOptions,
+    ) -> ucache::Result<Arc<dyn ucache::store::Object>> {
+        Ok(Arc::new(Endless(self.0)))
+    }
+}
+
+impl ucache::store::Object for Endless {
+    fn name(&self) -> &str {
+        "endless"
+    }
+    fn len(&self) -> std::io::Result<u64> {
+        Ok(self.0)
+    }
+    fn set_len(&self, _: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn read_at(&self, buf: &mut [u8], _: u64) -> std::io::Result<usize> {
+        buf.fill(0);
+        Ok(buf.len())
+    }
+    fn write_at(&self, _: &[u8], _: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Lengths whose buffers overflow 64 bits, or do not fit the address space, are a typed error.
+/// The first once wrapped to a zero-byte region and then aborted allocating 2^34 state words.
+#[test]
+fn lengths_beyond_the_address_space_are_refused() {
+    let cache = Cache::new(CacheOptions::new(4 << 30)).unwrap();
+    for (bs, len) in [
+        (1usize << 30, u64::MAX - (1 << 30) + 2),
+        (4096, u64::MAX),
+        (4096, 1 << 62),
+    ] {
+        let r = cache.map(
+            Arc::new(Endless(u64::MAX)),
+            "o",
+            MapOptions::new().buffer_size(bs).len(len),
+        );
+        assert!(
+            matches!(r, Err(Error::BadLength { .. }) | Err(Error::Os { .. })),
+            "{bs} x {len}: {r:?}"
+        );
+    }
+}

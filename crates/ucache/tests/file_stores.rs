@@ -212,3 +212,101 @@ fn pin_each_deeper_than_the_budget_pauses_instead_of_failing() {
         );
     }
 }
+
+/// Runs `f` on its own thread and fails the test if it has not returned within `secs`: a
+/// regression here is a hang, which must not stall the whole suite.
+fn within(secs: u64, what: &str, f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("{what}: hung for {secs} s"),
+        Err(_) => panic!("{what}: the test thread panicked"),
+    }
+}
+
+/// A graph walk: visiting node 0 pins its neighbour 1, whose read the same `pin_each` may
+/// still have in flight. That pin would wait on the calling thread itself; it must fail with
+/// `WouldDeadlock` (or succeed if the read has landed), and 1 is still visited.
+#[test]
+fn pin_each_callback_pinning_a_buffer_of_its_own_stream_is_refused_not_a_hang() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = make_file(dir.path());
+    let mem = ucache::store::MemoryStore::new();
+    mem.insert(path.to_str().unwrap(), std::fs::read(&path).unwrap());
+    let mut all = stores();
+    // Its default `read_stream` keeps a whole batch in flight.
+    all.push(("memory", Arc::new(mem)));
+    for (name, store) in all {
+        run_neighbour_walk(name, store, path.clone());
+    }
+}
+
+fn run_neighbour_walk(name: &'static str, store: Arc<dyn Store>, path: std::path::PathBuf) {
+    within(10, name, move || {
+        for _ in 0..20 {
+            let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(8)).unwrap();
+            let m = cache
+                .map(store.clone(), path.to_str().unwrap(), MapOptions::new())
+                .unwrap();
+            let mut visited = Vec::new();
+            let mut refused = 0;
+            m.pin_each([0u64, 1, 2, 3], 4, |i, bytes| {
+                assert_eq!(bytes[..8], (i * BS as u64).to_le_bytes(), "{name}");
+                visited.push(i);
+                if i == 0 {
+                    match m.pin_shared(1) {
+                        Ok(g) => assert_eq!(g[..8], (BS as u64).to_le_bytes()),
+                        Err(ucache::Error::WouldDeadlock { index: 1, .. }) => refused += 1,
+                        Err(e) => panic!("{name}: {e}"),
+                    }
+                }
+            })
+            .unwrap();
+            visited.sort_unstable();
+            assert_eq!(visited, [0, 1, 2, 3], "{name}");
+            assert!(refused <= 1);
+            m.unmap().unwrap();
+        }
+    });
+}
+
+/// A panic in `pin_each`'s callback while reads are in flight: the panic reaches the caller,
+/// and every buffer is settled (cached or evicted), so later pins and `unmap` do not hang.
+#[test]
+fn pin_each_callback_panic_settles_the_reads_in_flight() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = make_file(dir.path());
+    for (name, store) in stores() {
+        let path = path.clone();
+        within(10, name, move || {
+            let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(8)).unwrap();
+            let m = cache
+                .map(store, path.to_str().unwrap(), MapOptions::new())
+                .unwrap();
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let _ = m.pin_each(0..8u64, 8, |_, _| panic!("a bug in the visitor"));
+            }));
+            assert_eq!(
+                *r.unwrap_err().downcast::<&str>().unwrap(),
+                "a bug in the visitor"
+            );
+            for i in 0..8 {
+                let w = m.state(i).unwrap();
+                assert!(
+                    matches!(
+                        w.phase(),
+                        ucache::state::Phase::Cached | ucache::state::Phase::Evicted
+                    ) && w.pins() == 0,
+                    "{name}: buffer {i} left {w:?}"
+                );
+                assert_eq!(m.pin_shared(i).unwrap()[..8], (i * BS as u64).to_le_bytes());
+            }
+            m.unmap().unwrap();
+            assert_eq!(cache.used(), 0);
+        });
+    }
+}

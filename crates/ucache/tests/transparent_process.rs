@@ -120,6 +120,95 @@ fn error_hook_can_retry_until_the_store_recovers() {
     assert_eq!(calls.load(Ordering::Relaxed), 3);
 }
 
+/// Bytes of virtual memory the process has now (`VmSize`).
+fn vm_size() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib << 10
+}
+
+fn set_address_space_limit(bytes: u64) {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain getrlimit/setrlimit on a local struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_AS, &mut r), 0);
+        r.rlim_cur = bytes;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_AS, &r), 0);
+    }
+}
+
+/// A batched load of a transparent mapping that cannot get staging memory (here: an
+/// address-space limit reached right after the mapping was made) fails with a typed error and
+/// gives every claimed buffer back: evicted, its budget returned, loadable once memory is
+/// there again. Before, the buffers stayed `Loading` and every later pin and `unmap` hung.
+#[test]
+fn batched_load_without_staging_memory_gives_its_buffers_back() {
+    if mode().as_deref() == Some("nostaging") {
+        const BIG: usize = 2 << 20;
+        let s = MemoryStore::new();
+        s.insert("t", (0..16 * BIG).map(|k| (k % 251) as u8).collect());
+        let cache = Cache::new(CacheOptions::new(64 << 20).background_eviction(false)).unwrap();
+        let m = cache
+            .map(
+                Arc::new(s),
+                "t",
+                MapOptions::new().transparent(true).buffer_size(BIG),
+            )
+            .unwrap();
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    // This thread has no staging area yet; its first one needs 16 MiB.
+                    let warm = vec![1u8; 4096];
+                    set_address_space_limit(vm_size() + (4 << 20));
+                    let r = m.ensure_cached(0, m.len());
+                    set_address_space_limit(libc::RLIM_INFINITY);
+                    drop(warm);
+                    println!("ensure_cached: {r:?}");
+                    if !matches!(r, Err(ucache::Error::Os { .. })) {
+                        std::process::exit(2);
+                    }
+                })
+                .join()
+                .unwrap();
+        });
+        // Checked without panicking: unwinding would drop the mapping, whose unmap waits for
+        // buffers stuck in `Loading` forever.
+        let stuck: Vec<u64> = (0..m.buffers())
+            .filter(|&i| m.state(i).unwrap().phase() != ucache::state::Phase::Evicted)
+            .collect();
+        if !stuck.is_empty() || cache.used() != 0 {
+            println!("stuck {stuck:?}, {} bytes of budget kept", cache.used());
+            std::process::exit(1);
+        }
+        m.ensure_cached(0, m.len()).unwrap();
+        // SAFETY: inside the mapping, now cached.
+        assert_eq!(
+            read(unsafe { m.as_ptr().add(5 * BIG + 3) }),
+            ((5 * BIG + 3) % 251) as u8
+        );
+        m.unmap().unwrap();
+        println!("settled");
+        std::process::exit(0);
+    }
+    let out = child(
+        "batched_load_without_staging_memory_gives_its_buffers_back",
+        "nostaging",
+        &[],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("settled"),
+        "{:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 extern "C" fn exit_42(_: libc::c_int) {
     // SAFETY: _exit is async-signal-safe.
     unsafe { libc::_exit(42) }

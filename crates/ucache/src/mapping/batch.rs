@@ -19,6 +19,9 @@ use crate::store::IoBuf;
 /// threads as eight jobs, so they start on its first run before its last one is claimed.
 const PREFETCH_JOB_BYTES: usize = 128 << 10;
 
+/// Most staging memory one batched load of a transparent mapping takes at once.
+pub(super) const STAGING_BYTES: usize = 16 << 20;
+
 /// What [`MappingCore::claim_loads`] got.
 struct Claims {
     /// Buffers now `Loading` and ours, their budget reserved.
@@ -120,12 +123,7 @@ impl MappingCore {
         }
         let t0 = Instant::now();
         let (ok, first) = if self.region.is_transparent() {
-            with_staging(claimed.len() * self.bs, |p| {
-                self.read_batch_at(claimed, prefetched, |k, _| {
-                    // SAFETY: slot k of this thread's staging area, which holds them all.
-                    unsafe { p.add(k * self.bs) }
-                })
-            })?
+            self.read_batch_staged(claimed, prefetched)
         } else {
             self.read_batch_at(claimed, prefetched, |_, i| {
                 self.region.at((i << self.shift) as usize)
@@ -145,6 +143,33 @@ impl MappingCore {
             st.record_miss_latency(t0.elapsed());
         }
         first.map_or(Ok(()), Err)
+    }
+
+    /// [`MappingCore::read_batch_at`] through staging memory, at most [`STAGING_BYTES`] of it
+    /// at a time. Buffers that get no staging memory go back evicted, with the error.
+    fn read_batch_staged(&self, claimed: &[u64], prefetched: bool) -> (u64, Option<Error>) {
+        let per = (STAGING_BYTES / self.bs).max(1);
+        let mut ok = 0;
+        let mut first = None;
+        for (n, chunk) in claimed.chunks(per).enumerate() {
+            let staged = with_staging(chunk.len() * self.bs, |p| {
+                self.read_batch_at(chunk, prefetched, |k, _| {
+                    // SAFETY: slot k of this thread's staging area, which holds the chunk.
+                    unsafe { p.add(k * self.bs) }
+                })
+            });
+            match staged {
+                Ok((o, e)) => {
+                    ok += o;
+                    first = first.or(e);
+                }
+                Err(e) => {
+                    claimed[n * per..].iter().for_each(|&i| self.fail_load(i));
+                    return (ok, first.or(Some(e)));
+                }
+            }
+        }
+        (ok, first)
     }
 
     /// Reads claimed buffers in one store batch into `dest(k, i)` (the region itself, or

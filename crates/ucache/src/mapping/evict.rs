@@ -3,6 +3,7 @@
 //! memory of the rest dropped with one `process_madvise`.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::MappingCore;
 use crate::error::{Error, Result};
@@ -156,36 +157,62 @@ impl MappingCore {
         (n, failure)
     }
 
-    /// Writes back everything, then evicts everything and leaves the cache. On a write-back
-    /// failure nothing is released.
-    pub(super) fn release(&self) -> Result<()> {
-        if self.unmapped.load(Ordering::Relaxed) {
+    /// Writes back everything, evicts everything and leaves the cache. On a failure the
+    /// mapping is whole again and back in the cache, dirty data included, so that `unmap` can
+    /// be retried (or `Drop` can report what it could not write).
+    pub(super) fn release(self: &Arc<Self>) -> Result<()> {
+        if self.unmapped.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.msync_range(0, self.len)?;
+        // Out of the cache's list first, and refusing new calls and faults: an address-based
+        // call (`Cache::msync(addr)`) or a plain load must not load buffers behind the passes.
         self.cache.remove_mapping(self.id);
-        self.unmapped.store(true, Ordering::Relaxed);
-        let all: Vec<u64> = (0..self.buffers()).collect();
-        for chunk in all.chunks(1024) {
-            // Settle buffers that a background load or a concurrent evictor still owns.
-            for &i in chunk {
-                let s = self.state(i);
-                loop {
-                    let w = s.load();
-                    if matches!(w.phase(), Phase::Cached | Phase::Evicted | Phase::Aside)
-                        && !w.writing()
-                    {
-                        break;
+        self.unmapped.store(true, Ordering::Release);
+        let r = self.write_back_and_evict_all();
+        if r.is_err() {
+            self.unmapped.store(false, Ordering::Release);
+            self.cache.add_mapping(self.clone());
+        }
+        r
+    }
+
+    /// Passes of write-back and eviction over every buffer until none is resident. A second
+    /// pass is only needed for a call that was already inside the mapping when `unmap` began.
+    fn write_back_and_evict_all(&self) -> Result<()> {
+        const PASSES: usize = 8;
+        for pass in 1.. {
+            self.msync_buffers(0..self.buffers())?;
+            let all: Vec<u64> = (0..self.buffers()).collect();
+            for chunk in all.chunks(1024) {
+                // Settle buffers that a background load or a concurrent evictor still owns.
+                for &i in chunk {
+                    let s = self.state(i);
+                    loop {
+                        let w = s.load();
+                        if matches!(w.phase(), Phase::Cached | Phase::Evicted | Phase::Aside)
+                            && !w.writing()
+                        {
+                            break;
+                        }
+                        s.wait_change(w);
                     }
-                    s.wait_change(w);
+                }
+                let (_, failure) = self.evict_indices(chunk, true);
+                if let Some((_, e)) = failure {
+                    return Err(e);
                 }
             }
-            let (_, failure) = self.evict_indices(chunk, true);
-            if let Some((_, e)) = failure {
-                return Err(e);
+            let left = (0..self.buffers())
+                .filter(|&i| self.state(i).load().phase() != Phase::Evicted)
+                .count() as u64;
+            if left == 0 {
+                return Ok(());
             }
+            if pass == PASSES {
+                return Err(Error::InUse { resident: left });
+            }
+            std::thread::yield_now();
         }
-        debug_assert_eq!(self.resident(), 0, "unmap left buffers resident");
-        Ok(())
+        unreachable!()
     }
 }

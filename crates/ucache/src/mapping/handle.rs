@@ -91,7 +91,11 @@ impl Mapping {
     /// thread is loading come last. While reads are in
     /// flight the stream never waits for memory: a `depth` larger than the budget allows
     /// pauses until a visited buffer can be evicted. Stops at the first error and returns it.
-    /// `f` runs while reads are in flight: it may pin, but should not block for long.
+    /// `f` runs while reads are in flight: it may pin, but should not block for long. A pin
+    /// from `f` of a buffer whose read is still in flight in this very call would wait on the
+    /// calling thread itself, so it fails with [`Error::WouldDeadlock`]; `pin_each` hands that
+    /// buffer to `f` once its read lands. A panic in `f` is resumed once the reads in flight
+    /// have landed, so no buffer is left half loaded.
     ///
     /// ```
     /// # use std::sync::Arc;

@@ -92,6 +92,7 @@ impl MappingCore {
                     return Ok(());
                 }
             } else {
+                self.self_wait(i)?;
                 waited = true;
                 s.wait_change(w);
             }

@@ -5,12 +5,17 @@
 //!
 //! [`Object::read_stream`]: crate::store::Object::read_stream
 
+use std::any::Any;
+use std::cell::RefCell;
 use std::io;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
+use super::batch::STAGING_BYTES;
 use super::{with_staging, MappingCore};
 use crate::error::{Error, Result};
 use crate::guard::SharedGuard;
+use crate::held::{self, Hold};
 use crate::state::{Phase, Pin};
 use crate::stats::Counter;
 use crate::store::IoBuf;
@@ -51,14 +56,28 @@ impl MappingCore {
             }
             return Ok(());
         }
-        let failed: std::cell::RefCell<Option<Error>> = std::cell::RefCell::new(None);
+        let failed: RefCell<Option<Error>> = RefCell::new(None);
         let mut later = Vec::new();
-        let f = std::cell::RefCell::new(f);
+        // `f` runs while reads are in flight. A panic in it is held until every read has
+        // landed and been published, then resumed: unwinding through the store would leave
+        // the buffers in flight `Loading` for good.
+        let panicked: RefCell<Option<Box<dyn Any + Send>>> = RefCell::new(None);
+        let f = RefCell::new(f);
+        let visit = |i: u64, bytes: &[u8]| {
+            if panicked.borrow().is_some() {
+                return;
+            }
+            let r = panic::catch_unwind(AssertUnwindSafe(|| (f.borrow_mut())(i, bytes)));
+            if let Err(p) = r {
+                *panicked.borrow_mut() = Some(p);
+            }
+        };
+        let me = self.addr();
         // Reads in flight, and an index whose claim waits for memory those reads will free.
         let in_flight = std::cell::Cell::new(0usize);
         let mut retry: Option<u64> = None;
         let mut pull = || -> Option<IoBuf> {
-            while failed.borrow().is_none() {
+            while failed.borrow().is_none() && panicked.borrow().is_none() {
                 let i = match retry.take() {
                     Some(i) => i,
                     None => indices.next()?,
@@ -67,7 +86,7 @@ impl MappingCore {
                     let w = s.load();
                     if w.phase() == Phase::Cached {
                         let g = self.pin_shared(i)?;
-                        (f.borrow_mut())(i, &g[..]);
+                        visit(i, &g[..]);
                         return Ok(Step::Visited);
                     }
                     match w.begin_load() {
@@ -86,6 +105,8 @@ impl MappingCore {
                 match step {
                     Ok(Step::Claimed) => {
                         in_flight.set(in_flight.get() + 1);
+                        // Until its read lands, a pin of i from `f` would wait on this thread.
+                        held::hold(me, i, Hold::Streaming);
                         // SAFETY: buffer i is Loading and ours until the store hands it back.
                         return Some(unsafe {
                             IoBuf::new(
@@ -110,13 +131,14 @@ impl MappingCore {
         let mut done = |req: IoBuf, got: io::Result<usize>| {
             in_flight.set(in_flight.get() - 1);
             let i = (req.offset() - self.offset) >> self.shift;
+            held::release(me, i, Hold::Streaming);
             match self.finish_load(i, req.ptr(), got, false, Pin::Shared) {
                 Ok(()) => {
                     st.add(Counter::Misses, 1);
                     st.add(Counter::BytesRead, self.bs as u64);
                     // SAFETY: published with our shared pin, which the guard now owns.
                     let g = unsafe { SharedGuard::new(self, i, req.ptr(), self.valid(i)) };
-                    (f.borrow_mut())(i, &g[..]);
+                    visit(i, &g[..]);
                 }
                 Err(e) => {
                     failed.borrow_mut().get_or_insert(e);
@@ -124,6 +146,9 @@ impl MappingCore {
             }
         };
         self.object.read_stream(depth, &mut pull, &mut done);
+        if let Some(p) = panicked.into_inner() {
+            panic::resume_unwind(p);
+        }
         if let Some(e) = failed.into_inner() {
             return Err(e);
         }
@@ -147,8 +172,8 @@ impl MappingCore {
         if !self.region.is_transparent() {
             return self.stream_into(depth.max(1), None, next);
         }
-        // Staging for every read in flight: cap it at 16 MiB.
-        let depth = depth.min((16 << 20) / self.bs).max(1);
+        // Staging for every read in flight, within the same cap as a batched load.
+        let depth = depth.min(STAGING_BYTES / self.bs).max(1);
         let staged = with_staging(depth * self.bs, |p| self.stream_into(depth, Some(p), next));
         if staged.is_err() {
             // No staging memory: nothing was claimed from `next` yet, so the buffers are
@@ -171,7 +196,7 @@ impl MappingCore {
     ) {
         let run_max = (RUN_BYTES / self.bs).clamp(1, depth);
         let slot_bytes = run_max * self.bs;
-        let free = std::cell::RefCell::new((0..depth / run_max).rev().collect::<Vec<usize>>());
+        let free = RefCell::new((0..depth / run_max).rev().collect::<Vec<usize>>());
         let mut peeked: Option<u64> = None;
         let mut pull = || -> Option<IoBuf> {
             // The store asks only with room, so a slot is free; if not, pause the stream.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::{take_result, MappingCore};
 use crate::error::{Error, Result};
 use crate::io_worker::Job;
+use crate::state::Word;
 use crate::stats::Counter;
 use crate::store::IoBuf;
 
@@ -16,8 +17,14 @@ impl MappingCore {
     /// for it, and a store after it marks the buffer dirty again; stores that landed between
     /// the claim and the protection are in memory before the IO reads it, so none is lost.
     pub(super) fn claim_writeback(&self, i: u64) -> bool {
+        matches!(self.try_claim_writeback(i), Ok(true))
+    }
+
+    /// As [`MappingCore::claim_writeback`], telling a failed protection (an error: the buffer
+    /// stays dirty) from a buffer that is not claimable now (`Ok(false)`).
+    fn try_claim_writeback(&self, i: u64) -> Result<bool> {
         if self.state(i).update(|w| w.begin_writeback()).is_err() {
-            return false;
+            return Ok(false);
         }
         if let Err(e) = self
             .region
@@ -25,10 +32,10 @@ impl MappingCore {
         {
             // Unprotected pages would take stores unnoticed: keep the buffer dirty instead.
             let r = self.state(i).update(|w| Some(w.finish_writeback(false)));
-            debug_assert!(r.is_ok(), "{e}");
-            return false;
+            debug_assert!(r.is_ok());
+            return Err(e);
         }
-        true
+        Ok(true)
     }
 
     /// Writes claimed buffers in one store batch. Returns the failures; those buffers are dirty
@@ -95,40 +102,41 @@ impl MappingCore {
         Ok(())
     }
 
-    /// Writes back every dirty buffer in the range and syncs the object. Buffers another
-    /// thread is writing back are waited for; buffers held exclusively are being changed now
-    /// and belong to a later msync.
+    /// Writes back every dirty buffer in the range and syncs the object.
     pub(crate) fn msync_range(&self, offset: u64, len: u64) -> Result<()> {
         let r = self.range(offset, len)?;
+        self.msync_buffers(r)
+    }
+
+    /// Writes back every buffer of `r` that is dirty when the call begins, and syncs the
+    /// object. A buffer another thread is writing back is waited for (and written again if
+    /// that write failed); a dirty buffer held exclusively is waited for too, since the data it
+    /// held before the pin must be durable when msync returns. Only a buffer this thread
+    /// holds exclusively is not waited for: that is [`Error::WouldDeadlock`].
+    pub(super) fn msync_buffers(&self, r: std::ops::Range<u64>) -> Result<()> {
         if !self.writable {
             return Ok(());
         }
-        let mut mine = Vec::new();
-        let mut theirs = Vec::new();
-        for i in r {
-            let w = self.state(i).load();
-            if w.writing() {
-                theirs.push(i);
-            } else if w.dirty() && self.claim_writeback(i) {
-                mine.push(i);
-            } else if self.state(i).load().writing() {
-                theirs.push(i);
-            }
-        }
-        let mut errors = self.write_claimed(&mine);
-        for i in theirs {
-            let s = self.state(i);
-            loop {
-                let w = s.load();
-                if !w.writing() {
-                    break;
+        let mut errors = Vec::new();
+        let mut pending: Vec<u64> = r.collect();
+        while !pending.is_empty() {
+            let mut mine = Vec::new();
+            let mut busy = Vec::new();
+            for i in pending.drain(..) {
+                match self.claim_for_sync(i) {
+                    Ok(SyncClaim::Claimed) => mine.push(i),
+                    Ok(SyncClaim::Busy(w)) => busy.push((i, w)),
+                    Ok(SyncClaim::Clean) => {}
+                    Err(e) => errors.push(e),
                 }
-                s.wait_change(w);
             }
-            // Their write failed: the buffer is dirty again, so it is ours to retry now.
-            if s.load().dirty() && self.claim_writeback(i) {
-                errors.extend(self.write_claimed(&[i]));
+            errors.extend(self.write_claimed(&mine));
+            // Wait for the other writer or the pin, then look again: a successful write-back
+            // left the buffer clean, a failed one left it dirty for us to write.
+            for &(i, seen) in &busy {
+                self.state(i).wait_change(seen);
             }
+            pending = busy.into_iter().map(|(i, _)| i).collect();
         }
         if !errors.is_empty() {
             let failed = errors.len();
@@ -141,4 +149,41 @@ impl MappingCore {
             .sync()
             .map_err(|e| Error::io("sync", self.object.name(), 0, e))
     }
+
+    /// msync's claim of buffer `i`.
+    fn claim_for_sync(&self, i: u64) -> Result<SyncClaim> {
+        let s = self.state(i);
+        loop {
+            let w = s.load();
+            if w.writing() {
+                return Ok(SyncClaim::Busy(w));
+            }
+            if !w.dirty() {
+                return Ok(SyncClaim::Clean);
+            }
+            if w.exclusive() {
+                self.self_wait(i)?;
+                return Ok(SyncClaim::Busy(w));
+            }
+            if self.try_claim_writeback(i)? {
+                return Ok(SyncClaim::Claimed);
+            }
+            if s.load() == w {
+                // Dirty, unlocked, not written, and still not claimable (every pin slot
+                // taken): wait for the word to change.
+                return Ok(SyncClaim::Busy(w));
+            }
+        }
+    }
+}
+
+/// What msync found when it tried to claim a buffer.
+enum SyncClaim {
+    /// Claimed for write-back by this msync.
+    Claimed,
+    /// Another thread writes it back or holds it exclusively (the word as seen): wait for
+    /// the word to change and look again.
+    Busy(Word),
+    /// Not dirty: nothing to write.
+    Clean,
 }

@@ -246,7 +246,9 @@ impl Object for FaultObject {
                 ReadFault::Short => r.len() / 2,
                 ReadFault::None => r.len(),
             };
-            out.push(Ok(0));
+            // Until the inner store answers: a store that returns too few results must not
+            // turn into reads that seem to have succeeded.
+            out.push(Err(missing_result()));
             // SAFETY: a prefix of `r`'s memory, which the caller lent us until this call
             // returns; `r` itself is not touched while the inner batch runs.
             pass.push(unsafe { IoBuf::new(r.ptr(), len, r.offset()) });
@@ -273,7 +275,7 @@ impl Object for FaultObject {
                 out.push(Err(injected("write")));
                 continue;
             }
-            out.push(Ok(()));
+            out.push(Err(missing_result()));
             // SAFETY: the same memory as `r`, lent to us until this call returns; `r` itself is
             // not touched while the inner batch runs.
             pass.push(unsafe { IoBuf::new(r.ptr(), r.len(), r.offset()) });
@@ -285,6 +287,10 @@ impl Object for FaultObject {
             out[i] = result;
         }
     }
+}
+
+fn missing_result() -> io::Error {
+    io::Error::other("the wrapped store returned too few batch results")
 }
 
 #[cfg(test)]
@@ -416,5 +422,61 @@ mod tests {
         let start = std::time::Instant::now();
         obj.read_at(&mut [0u8; 16], 0).unwrap();
         assert!(start.elapsed() >= Duration::from_millis(20));
+    }
+
+    /// A wrapped store that answers only the first request of a batch.
+    struct Forgetful(MemoryStore);
+    struct ForgetfulObject(Arc<dyn Object>);
+
+    impl Store for Forgetful {
+        fn open(&self, object: &str, o: OpenOptions) -> Result<Arc<dyn Object>> {
+            Ok(Arc::new(ForgetfulObject(self.0.open(object, o)?)))
+        }
+    }
+
+    impl Object for ForgetfulObject {
+        fn name(&self) -> &str {
+            self.0.name()
+        }
+        fn len(&self) -> io::Result<u64> {
+            self.0.len()
+        }
+        fn set_len(&self, len: u64) -> io::Result<()> {
+            self.0.set_len(len)
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            self.0.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            self.0.write_at(buf, offset)
+        }
+        fn sync(&self) -> io::Result<()> {
+            self.0.sync()
+        }
+        fn read_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<usize>>) {
+            self.0.read_batch(&mut reqs[..1], out);
+        }
+        fn write_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<()>>) {
+            self.0.write_batch(&mut reqs[..1], out);
+        }
+    }
+
+    #[test]
+    fn requests_the_wrapped_store_never_answered_are_errors() {
+        let mem = MemoryStore::new();
+        mem.insert("obj", vec![0; 16384]);
+        let store = FaultStore::new(Arc::new(Forgetful(mem.clone())));
+        let obj = store.open("obj", OpenOptions::read_write()).unwrap();
+        let mut buf = vec![0xEEu8; 16384];
+        let mut reqs = batch(&mut buf);
+        let mut wrote = Vec::new();
+        obj.write_batch(&mut reqs, &mut wrote);
+        assert!(wrote[0].is_ok());
+        assert!(wrote[1..].iter().all(|r| r.is_err()), "{wrote:?}");
+        assert_eq!(mem.get("obj").unwrap()[4096], 0, "never written");
+        let mut read = Vec::new();
+        obj.read_batch(&mut reqs, &mut read);
+        assert!(matches!(read[0], Ok(4096)));
+        assert!(read[1..].iter().all(|r| r.is_err()), "{read:?}");
     }
 }

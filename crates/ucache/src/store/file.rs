@@ -77,12 +77,28 @@ impl FileObject {
     pub(crate) fn open(path: &Path, options: OpenOptions, direct: bool) -> Result<FileObject> {
         let name = path.display().to_string();
         let writable = options.write || options.create;
-        let mut opts = std::fs::OpenOptions::new();
-        opts.read(true).write(writable).create(options.create);
-        if direct {
-            opts.custom_flags(libc::O_DIRECT);
-        }
-        match opts.open(path) {
+        let open = |create_new: bool| {
+            let mut opts = std::fs::OpenOptions::new();
+            opts.read(true).write(writable).create_new(create_new);
+            if direct {
+                opts.custom_flags(libc::O_DIRECT);
+            }
+            opts.open(path)
+        };
+        let opened = match open(false) {
+            Err(e) if options.create && e.kind() == io::ErrorKind::NotFound => {
+                match open(true) {
+                    // A new name is durable only once its directory is: msync's fdatasync
+                    // covers the file's data, not the entry that names it.
+                    Ok(file) => sync_parent(path).map(|()| file),
+                    // Created by someone else meanwhile.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => open(false),
+                    Err(e) => Err(e),
+                }
+            }
+            other => other,
+        };
+        match opened {
             Ok(file) => Ok(FileObject {
                 name,
                 file,
@@ -278,6 +294,15 @@ impl FileObject {
             out.push(rest.map(|n| done + n));
         }
     }
+}
+
+/// Makes the directory entry of a newly created `path` durable.
+fn sync_parent(path: &Path) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

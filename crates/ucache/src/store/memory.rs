@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 /// A map of named byte vectors.
 #[derive(Default, Clone)]
 pub struct MemoryStore {
-    objects: Arc<Mutex<HashMap<String, Arc<MemoryObject>>>>,
+    objects: Arc<Mutex<HashMap<String, Arc<Bytes>>>>,
 }
 
 impl MemoryStore {
@@ -22,7 +22,7 @@ impl MemoryStore {
 
     /// Adds or replaces an object.
     pub fn insert(&self, name: &str, data: Vec<u8>) {
-        let obj = Arc::new(MemoryObject {
+        let obj = Arc::new(Bytes {
             name: name.to_string(),
             data: RwLock::new(data),
         });
@@ -38,48 +38,76 @@ impl MemoryStore {
 impl Store for MemoryStore {
     fn open(&self, object: &str, options: OpenOptions) -> Result<Arc<dyn Object>> {
         let mut objects = self.objects.lock();
-        if let Some(o) = objects.get(object) {
-            return Ok(o.clone());
-        }
-        if !options.create {
-            return Err(Error::NotFound {
-                object: object.to_string(),
-            });
-        }
-        let obj = Arc::new(MemoryObject {
-            name: object.to_string(),
-            data: RwLock::new(Vec::new()),
-        });
-        objects.insert(object.to_string(), obj.clone());
-        Ok(obj)
+        let bytes = match objects.get(object) {
+            Some(b) => b.clone(),
+            None if options.create => {
+                let b = Arc::new(Bytes {
+                    name: object.to_string(),
+                    data: RwLock::new(Vec::new()),
+                });
+                objects.insert(object.to_string(), b.clone());
+                b
+            }
+            None => {
+                return Err(Error::NotFound {
+                    object: object.to_string(),
+                })
+            }
+        };
+        Ok(Arc::new(MemoryObject {
+            bytes,
+            writable: options.write || options.create,
+        }))
     }
 }
 
-struct MemoryObject {
+/// One object's bytes, shared by every handle opened on it.
+struct Bytes {
     name: String,
     data: RwLock<Vec<u8>>,
 }
 
+/// A handle on an object: read-only unless opened for writing, as a file would be.
+struct MemoryObject {
+    bytes: Arc<Bytes>,
+    writable: bool,
+}
+
+impl MemoryObject {
+    fn check_writable(&self) -> io::Result<()> {
+        if self.writable {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("'{}' was opened read-only", self.bytes.name),
+            ))
+        }
+    }
+}
+
 impl Object for MemoryObject {
     fn name(&self) -> &str {
-        &self.name
+        &self.bytes.name
     }
     fn len(&self) -> io::Result<u64> {
-        Ok(self.data.read().len() as u64)
+        Ok(self.bytes.data.read().len() as u64)
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.data.write().resize(len as usize, 0);
+        self.check_writable()?;
+        self.bytes.data.write().resize(len as usize, 0);
         Ok(())
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let data = self.data.read();
+        let data = self.bytes.data.read();
         let start = (offset as usize).min(data.len());
         let n = buf.len().min(data.len() - start);
         buf[..n].copy_from_slice(&data[start..start + n]);
         Ok(n)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        let mut data = self.data.write();
+        self.check_writable()?;
+        let mut data = self.bytes.data.write();
         let end = offset as usize + buf.len();
         if data.len() < end {
             data.resize(end, 0);
@@ -114,5 +142,25 @@ mod tests {
         let mut b = [0u8; 64];
         assert_eq!(o.read_at(&mut b, 80).unwrap(), 20);
         assert_eq!(o.read_at(&mut b, 200).unwrap(), 0);
+    }
+
+    #[test]
+    fn read_only_handle_refuses_writes_and_growth() {
+        let s = MemoryStore::new();
+        s.insert("a", vec![1; 100]);
+        let ro = s.open("a", OpenOptions::read_only()).unwrap();
+        let e = ro.write_at(&[2], 0).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert_eq!(
+            ro.set_len(200).unwrap_err().kind(),
+            io::ErrorKind::PermissionDenied
+        );
+        assert_eq!(s.get("a").unwrap(), vec![1; 100]);
+        let rw = s.open("a", OpenOptions::read_write()).unwrap();
+        rw.write_at(&[2], 0).unwrap();
+        assert_eq!(s.get("a").unwrap()[0], 2);
+        let mut b = [0u8; 1];
+        ro.read_at(&mut b, 0).unwrap();
+        assert_eq!(b[0], 2, "handles share the bytes");
     }
 }
