@@ -28,10 +28,17 @@ impl Hold {
     }
 }
 
-thread_local! {
+#[cfg(not(feature = "shuttle"))]
+std::thread_local! {
     /// (mapping address, buffer index, why). A handful of entries at most: the exclusive pins
     /// a thread holds at once and the depth of its stream.
     static HELD: RefCell<Vec<(usize, u64, Hold)>> = const { RefCell::new(Vec::new()) };
+}
+
+// The model checker runs its threads on one OS thread: each needs its own record.
+#[cfg(feature = "shuttle")]
+shuttle::thread_local! {
+    static HELD: RefCell<Vec<(usize, u64, Hold)>> = RefCell::new(Vec::new());
 }
 
 /// Records that this thread holds buffer `index` of the mapping at `mapping`.
@@ -61,7 +68,7 @@ pub(crate) fn held(mapping: usize, index: u64) -> Option<Hold> {
     .flatten()
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(feature = "shuttle")))]
 mod tests {
     use super::*;
 
