@@ -2,9 +2,9 @@
 # Runs the unit tests of the lock-free structures that make no system calls under Miri, which
 # checks every memory access for undefined behaviour and every atomic access for data races
 # (with weak-memory emulation): the buffer state word and its waiters, CLOCK and its resident
-# set, the global policy, the lock-free readahead detector and the other prefetchers, and the
-# statistics, and the record of what a thread holds. Code that maps memory or does IO is beyond Miri; scripts/memcheck.sh runs it
-# under valgrind instead.
+# set, the global policy, the lock-free readahead detector and the other prefetchers, the
+# statistics, and the record of what a thread holds. Code that maps memory or does IO is beyond
+# Miri; scripts/memcheck.sh runs it under valgrind instead.
 # Installs the pinned nightly with miri if it is missing (pinned, so that a new nightly cannot
 # turn CI red).
 set -euo pipefail
