@@ -1,4 +1,5 @@
-//! Hit-path costs: a shared pin + unpin of a cached buffer, an optimistic read, and random
+//! Hit-path costs: a shared pin + unpin of a cached buffer, an exclusive one (which also
+//! records the pin for [`ucache::Error::WouldDeadlock`]), an optimistic read, and random
 //! 8-byte lookups on a fully cached mapping against the same loop over a plain array.
 //! Run: `cargo bench -p ucache --bench pin`.
 
@@ -19,7 +20,9 @@ fn setup() -> (Cache, ucache::Mapping, Vec<u8>) {
     let store = MemoryStore::new();
     store.insert("o", data.clone());
     let cache = Cache::new(CacheOptions::new((BUFFERS * BS) as u64)).unwrap();
-    let m = cache.map(Arc::new(store), "o", MapOptions::new()).unwrap();
+    let m = cache
+        .map(Arc::new(store), "o", MapOptions::new().writable(true))
+        .unwrap();
     m.ensure_cached(0, m.len()).unwrap();
     (cache, m, data)
 }
@@ -32,6 +35,20 @@ fn hits(c: &mut Criterion) {
         b.iter(|| {
             let p = m.pin_shared(black_box(7)).unwrap();
             black_box(p[0]);
+        })
+    });
+    g.bench_function("pin_exclusive+unpin", |b| {
+        b.iter(|| {
+            let p = m.pin_exclusive(black_box(7)).unwrap();
+            black_box(p[0]);
+        })
+    });
+    g.bench_function("pin_exclusive+write+unpin", |b| {
+        let mut k = 0u8;
+        b.iter(|| {
+            let mut p = m.pin_exclusive(black_box(7)).unwrap();
+            k = k.wrapping_add(1);
+            p[8] = k;
         })
     });
     g.bench_function("read_optimistic", |b| {

@@ -73,6 +73,7 @@ pub struct ExclusiveGuard<'a> {
 impl<'a> ExclusiveGuard<'a> {
     /// # Safety
     /// The caller holds the exclusive pin on buffer `index`, and `ptr..ptr+len` is its memory.
+    #[inline]
     pub(crate) unsafe fn new(
         mapping: &'a MappingCore,
         index: u64,
@@ -119,6 +120,7 @@ impl DerefMut for ExclusiveGuard<'_> {
 }
 
 impl Drop for ExclusiveGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         held::release(self.mapping.addr(), self.index, Hold::Exclusive);
         let dirty = self.dirty;

@@ -46,6 +46,7 @@ impl Mapping {
 
     /// Pins buffer `index` for writing, loading it if needed. Writing through the guard
     /// marks the buffer dirty.
+    #[inline]
     pub fn pin_exclusive(&self, index: u64) -> Result<ExclusiveGuard<'_>> {
         self.core.pin_exclusive(index)
     }
