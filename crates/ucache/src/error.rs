@@ -87,9 +87,11 @@ pub enum Error {
 
     /// The call would wait for a buffer that the calling thread itself holds: one it pinned
     /// exclusively, or one its own `pin_each` is still reading (a callback that pins a buffer
-    /// later in the same stream). The wait could never end, so the call fails instead; drop
-    /// the guard first, or let `pin_each` hand the buffer over.
-    #[error("buffer {index} is {why}: waiting for it here would never end")]
+    /// later in the same stream). Or `msync` would wait for another thread's exclusive pin
+    /// while the caller holds exclusive pins of its own, which that thread may be waiting for.
+    /// The wait could deadlock, so the call fails instead; drop the guards first, or let
+    /// `pin_each` hand the buffer over.
+    #[error("buffer {index} is {why}: waiting for it here could deadlock")]
     WouldDeadlock { index: u64, why: &'static str },
 
     /// `unmap` found buffers loaded or pinned again after its passes: another thread is

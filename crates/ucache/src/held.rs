@@ -123,6 +123,11 @@ pub(crate) fn release(mapping: usize, index: u64, why: Hold) {
     }
 }
 
+/// Whether this thread holds any exclusive pin (of any mapping).
+pub(crate) fn holds_exclusive() -> bool {
+    EXCLUSIVE.try_with(|x| x.len.get() > 0).unwrap_or(false)
+}
+
 /// How this thread holds buffer `index` of the mapping at `mapping`, if it does.
 pub(crate) fn held(mapping: usize, index: u64) -> Option<Hold> {
     let e = (mapping, index);

@@ -76,6 +76,41 @@ fn msync_over_a_buffer_the_caller_holds_exclusively_is_refused_not_a_hang() {
     assert_eq!(mem.get("o").unwrap()[0], 0xEE);
 }
 
+/// Thread A holds buffer 1 exclusively and calls msync over buffer 0, which thread B holds
+/// exclusively while it waits for buffer 1. Waiting for B would deadlock: msync reports it.
+#[test]
+fn msync_does_not_wait_crosswise_for_an_exclusive_pin() {
+    let mem = store_with("o", 4 * BS);
+    let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(8)).unwrap();
+    let m = cache
+        .map(Arc::new(mem.clone()), "o", MapOptions::new().writable(true))
+        .unwrap();
+    m.pin_exclusive(0).unwrap().fill(0xEE);
+    let mine = m.pin_exclusive(1).unwrap();
+    std::thread::scope(|s| {
+        let (pinned_tx, pinned) = mpsc::channel();
+        let m2 = &m;
+        let b = s.spawn(move || {
+            let g0 = m2.pin_exclusive(0).unwrap();
+            pinned_tx.send(()).unwrap();
+            // Waits for A's pin of buffer 1, still holding buffer 0.
+            let g1 = m2.pin_shared(1).unwrap();
+            drop((g0, g1));
+        });
+        pinned.recv().unwrap();
+        let r = m.msync(0, BS as u64);
+        assert!(
+            matches!(&r, Err(Error::WritebackFailed { first, .. })
+                if matches!(**first, Error::WouldDeadlock { index: 0, .. })),
+            "{r:?}"
+        );
+        drop(mine);
+        b.join().unwrap();
+    });
+    m.msync(0, m.len()).unwrap();
+    assert_eq!(mem.get("o").unwrap()[0], 0xEE);
+}
+
 #[test]
 fn pinning_a_buffer_the_thread_holds_exclusively_is_refused_not_a_hang() {
     let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(8)).unwrap();

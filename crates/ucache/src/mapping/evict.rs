@@ -164,8 +164,9 @@ impl MappingCore {
         if self.unmapped.load(Ordering::Acquire) {
             return Ok(());
         }
-        // Out of the cache's list first, and refusing new calls and faults: an address-based
-        // call (`Cache::msync(addr)`) or a plain load must not load buffers behind the passes.
+        // Out of the cache's list first, and refusing new calls: an address-based call
+        // (`Cache::msync(addr)`) must not load buffers behind the passes. A plain load of a
+        // transparent mapping is still served; the passes repeat until nothing is resident.
         self.cache.remove_mapping(self.id);
         self.unmapped.store(true, Ordering::Release);
         let r = self.write_back_and_evict_all();

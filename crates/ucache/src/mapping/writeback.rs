@@ -111,8 +111,9 @@ impl MappingCore {
     /// Writes back every buffer of `r` that is dirty when the call begins, and syncs the
     /// object. A buffer another thread is writing back is waited for (and written again if
     /// that write failed); a dirty buffer held exclusively is waited for too, since the data it
-    /// held before the pin must be durable when msync returns. Only a buffer this thread
-    /// holds exclusively is not waited for: that is [`Error::WouldDeadlock`].
+    /// held before the pin must be durable when msync returns. That wait is refused with
+    /// [`Error::WouldDeadlock`] where it could deadlock: the buffer is this thread's own, or
+    /// this thread holds exclusive pins that the buffer's holder may be waiting for.
     pub(super) fn msync_buffers(&self, r: std::ops::Range<u64>) -> Result<()> {
         if !self.writable {
             return Ok(());
@@ -163,6 +164,15 @@ impl MappingCore {
             }
             if w.exclusive() {
                 self.self_wait(i)?;
+                if crate::held::holds_exclusive() {
+                    // Its holder may be waiting for one of ours: msync takes buffers in no
+                    // order the application chose, so it must not wait crosswise.
+                    return Err(Error::WouldDeadlock {
+                        index: i,
+                        why: "pinned exclusively by another thread while this one holds \
+                              exclusive pins too",
+                    });
+                }
                 return Ok(SyncClaim::Busy(w));
             }
             if self.try_claim_writeback(i)? {
