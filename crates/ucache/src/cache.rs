@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::evictor::Evictor;
 use crate::io_worker::IoWorker;
 use crate::mapping::{check_buffer_size, MapOptions, Mapping, MappingCore};
-use crate::policy::{GlobalPolicy, MappingUsage, ProportionalGlobal};
+use crate::policy::{GlobalPolicy, GuardedGlobal, MappingUsage, ProportionalGlobal};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::store::Store;
 
@@ -164,7 +164,7 @@ pub(crate) struct CacheCore {
     budget: u64,
     batch: Batch,
     used: AtomicU64,
-    global: Arc<dyn GlobalPolicy>,
+    global: GuardedGlobal,
     pub(crate) stats: Stats,
     /// Changed only by map and unmap; read by evictors and address lookups without locking.
     mappings: ArcSwap<Vec<Arc<MappingCore>>>,
@@ -209,7 +209,7 @@ impl Cache {
                 budget: options.memory_bytes,
                 batch,
                 used: AtomicU64::new(0),
-                global: options.global,
+                global: GuardedGlobal::new(options.global),
                 stats: Stats::default(),
                 mappings: ArcSwap::from_pointee(Vec::new()),
                 next_id: AtomicU64::new(0),
@@ -388,7 +388,7 @@ impl CacheCore {
             let since = *stuck_since.get_or_insert_with(Instant::now);
             if since.elapsed() > EXHAUSTED_AFTER {
                 return Err(Error::BudgetExhausted {
-                    resident: self.used.load(Ordering::Relaxed),
+                    used: self.used.load(Ordering::Relaxed),
                 });
             }
             spins += 1;

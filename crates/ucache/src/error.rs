@@ -57,9 +57,10 @@ pub enum Error {
     #[error("mapping is read-only")]
     ReadOnly,
 
-    /// Every resident buffer is pinned or refused eviction, so no memory can be freed.
-    #[error("cache budget exhausted: {resident} buffers resident and none evictable")]
-    BudgetExhausted { resident: u64 },
+    /// Every resident buffer is pinned, being loaded, or refused eviction, so no memory can be
+    /// freed. `used` is the budget in use, in bytes.
+    #[error("cache budget exhausted: {used} bytes in use and none evictable")]
+    BudgetExhausted { used: u64 },
 
     /// The store returned fewer bytes than the buffer needs.
     #[error("short {op} on '{object}' at offset {offset}: {got} of {want} bytes")]

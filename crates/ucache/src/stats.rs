@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+/// Shards owned by one thread each: the first threads of the process to count.
 const SHARDS: usize = 64;
+/// Shards shared, with atomic adds, by the threads after those.
+const SHARED_SHARDS: usize = 16;
 /// Miss latency buckets: bucket i holds latencies in [2^i, 2^(i+1)) ns; the last also holds
 /// everything above 2 s.
 pub const LATENCY_BUCKETS: usize = 32;
@@ -86,7 +89,7 @@ pub struct Stats {
 impl Default for Stats {
     fn default() -> Self {
         Stats {
-            shards: (0..SHARDS)
+            shards: (0..SHARDS + SHARED_SHARDS)
                 .map(|_| CachePadded::new(Shard::default()))
                 .collect(),
         }
@@ -97,10 +100,16 @@ static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
 thread_local! {
     /// This thread's shard, and whether it is the shard's only writer. The first `SHARDS`
     /// threads own a shard each and count with plain load + store (no locked instruction on
-    /// the hit path); later threads share shards and fall back to atomic adds.
+    /// the hit path); later threads share the `SHARED_SHARDS` after them and count with atomic
+    /// adds. An owned shard is never shared: one plain store racing an atomic add would lose
+    /// the add.
     static SHARD: (usize, bool) = {
         let n = NEXT_THREAD.fetch_add(1, Relaxed);
-        (n % SHARDS, n < SHARDS)
+        if n < SHARDS {
+            (n, true)
+        } else {
+            (SHARDS + n % SHARED_SHARDS, false)
+        }
     };
 }
 

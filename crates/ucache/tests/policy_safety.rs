@@ -131,3 +131,111 @@ fn policy_that_panics_in_insert() {
 fn policy_that_panics_on_hit() {
     run(Misbehaviour::PanicsOnHit);
 }
+
+/// CLOCK, but buffer 0 must never be evicted by the budget (the application's veto: say its
+/// log records are not durable yet), and the first hit on buffer 1 panics: a bug elsewhere in
+/// the same policy.
+struct VetoZero {
+    clock: ucache::policy::Clock,
+    panicked: std::sync::atomic::AtomicBool,
+}
+
+impl Policy for VetoZero {
+    fn name(&self) -> &str {
+        "veto-zero"
+    }
+    fn attach(&mut self, layout: ucache::policy::Layout) {
+        self.clock.attach(layout);
+    }
+    fn choose_eviction_buffers(&self, b: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
+        self.clock.choose_eviction_buffers(b, want, out)
+    }
+    fn is_evictable(&self, index: u64) -> bool {
+        index != 0
+    }
+    fn wants_hits(&self) -> bool {
+        true
+    }
+    fn on_hit(&self, index: u64) {
+        if index == 1 && !self.panicked.swap(true, Ordering::Relaxed) {
+            panic!("a bug in on_hit");
+        }
+    }
+    fn on_insert(&self, index: u64) {
+        self.clock.on_insert(index)
+    }
+    fn on_evict(&self, index: u64) {
+        self.clock.on_evict(index)
+    }
+}
+
+/// The veto outlives a panic in another hook: the policy is switched off, but its
+/// `is_evictable` is still asked. Before, a broken policy answered "evictable" for every
+/// buffer, and the budget evicted the vetoed one.
+#[test]
+fn veto_survives_a_panic_elsewhere_in_the_policy() {
+    let cache = Cache::new(CacheOptions::new(16 * BS as u64).batch(4)).unwrap();
+    let store = MemoryStore::new();
+    store.insert("o", (0..256 * BS).map(|k| (k / BS) as u8).collect());
+    let policy = VetoZero {
+        clock: ucache::policy::Clock::new(),
+        panicked: std::sync::atomic::AtomicBool::new(false),
+    };
+    let m = cache
+        .map(
+            Arc::new(store),
+            "o",
+            MapOptions::new().policy(Box::new(policy)),
+        )
+        .unwrap();
+    drop(m.pin_shared(0).unwrap());
+    drop(m.pin_shared(1).unwrap());
+    drop(m.pin_shared(1).unwrap()); // on_hit panics: the policy is switched off
+    assert_eq!(m.policy_name(), "fallback");
+    for i in 2..256 {
+        assert_eq!(m.pin_shared(i).unwrap()[0], i as u8);
+    }
+    assert!(cache.stats().evictions > 200);
+    assert_eq!(
+        m.state(0).unwrap().phase(),
+        ucache::state::Phase::Cached,
+        "the vetoed buffer was evicted"
+    );
+}
+
+/// A global policy whose first choice of mappings panics.
+struct PanicOnceGlobal(std::sync::atomic::AtomicBool);
+
+impl ucache::policy::GlobalPolicy for PanicOnceGlobal {
+    fn choose_eviction_mappings(
+        &self,
+        usage: &[ucache::policy::MappingUsage],
+        out: &mut Vec<usize>,
+    ) {
+        if !self.0.swap(true, Ordering::Relaxed) {
+            panic!("a bug in the global policy");
+        }
+        ucache::policy::ProportionalGlobal.choose_eviction_mappings(usage, out)
+    }
+}
+
+/// The global policy's hooks run inside `reserve`, while the caller holds a claimed buffer.
+/// A panic there switches the global policy off; before, it unwound out of `reserve` and left
+/// that buffer `Loading` forever, so the next pin of it never returned.
+#[test]
+fn a_panicking_global_policy_is_switched_off_and_strands_nothing() {
+    let cache = Cache::new(
+        CacheOptions::new(16 * BS as u64)
+            .batch(4)
+            .background_eviction(false)
+            .global_policy(Arc::new(PanicOnceGlobal(Default::default()))),
+    )
+    .unwrap();
+    let store = MemoryStore::new();
+    store.insert("o", (0..64 * BS).map(|k| (k / BS) as u8).collect());
+    let m = cache.map(Arc::new(store), "o", MapOptions::new()).unwrap();
+    for i in 0..64 {
+        assert_eq!(m.pin_shared(i).unwrap()[0], i as u8);
+    }
+    assert!(cache.used() <= cache.budget());
+}

@@ -90,3 +90,75 @@ fn a_prefetch_larger_than_the_budget_keeps_its_first_buffers() {
     assert_eq!(c.stats().prefetches, 32);
     assert_eq!(c.used(), 32 * BS as u64);
 }
+
+/// A policy whose `on_miss` sleeps a little, so that two threads' claims interleave.
+struct SlowMiss(ucache::policy::Clock);
+
+impl Policy for SlowMiss {
+    fn name(&self) -> &str {
+        "slow-miss"
+    }
+    fn attach(&mut self, layout: Layout) {
+        self.0.attach(layout);
+    }
+    fn choose_eviction_buffers(&self, b: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
+        self.0.choose_eviction_buffers(b, want, out)
+    }
+    fn on_miss(&self, _: u64) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    fn on_insert(&self, index: u64) {
+        self.0.on_insert(index)
+    }
+    fn on_evict(&self, index: u64) {
+        self.0.on_evict(index)
+    }
+}
+
+/// Two `ensure_cached` calls whose ranges each fit the budget, but not together. A claimed
+/// buffer is `Loading` and cannot be evicted, so a call must not wait for memory while it
+/// holds claims: before, each held half the budget in claims and waited for the other, and
+/// one failed with `BudgetExhausted` after 5 s.
+#[test]
+fn concurrent_ensure_cached_calls_do_not_wait_on_each_others_claims() {
+    let store = MemoryStore::new();
+    store.insert("o", (0..64 * 4096).map(|k| (k / 4096) as u8).collect());
+    let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
+    let m = cache
+        .map(
+            Arc::new(store),
+            "o",
+            MapOptions::new().policy(Box::new(SlowMiss(ucache::policy::Clock::new()))),
+        )
+        .unwrap();
+    let start = std::sync::Barrier::new(2);
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for first in [0u64, 32] {
+            let (m, start) = (&m, &start);
+            s.spawn(move || {
+                start.wait();
+                m.ensure_cached(first * 4096, 12 * 4096).unwrap();
+            });
+        }
+    });
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    assert!(cache.used() <= cache.budget());
+}
+
+/// More buffers than the budget holds cannot all be resident when `ensure_cached` returns:
+/// refused at once rather than after the 5 s that `reserve` waits for memory.
+#[test]
+fn ensure_cached_of_more_than_the_budget_is_refused_at_once() {
+    let store = MemoryStore::new();
+    store.insert("o", vec![0; 64 * 4096]);
+    let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
+    let m = cache.map(Arc::new(store), "o", MapOptions::new()).unwrap();
+    let t0 = Instant::now();
+    let r = m.ensure_cached(0, 32 * 4096);
+    assert!(matches!(r, Err(ucache::Error::BadLength { .. })), "{r:?}");
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    // Duplicates count once.
+    m.ensure_cached_buffers(&[1, 1, 2, 2, 3]).unwrap();
+    assert_eq!(cache.used(), 3 * 4096);
+}

@@ -28,20 +28,30 @@ struct Claims {
     claimed: Vec<u64>,
     /// Buffers another thread is loading or evicting.
     others: Vec<u64>,
-    /// A prefetch stopped short: memory could not be had without waiting.
+    /// Claiming stopped short at `indices[consumed]`: memory could not be had without
+    /// waiting, while buffers claimed here (a demand load's) or nothing (a prefetch's) could
+    /// free it.
     stopped: bool,
+    /// How many of `indices` were dealt with.
+    consumed: usize,
 }
 
 impl MappingCore {
-    /// Claims every evicted buffer among `indices` (reserving budget for each); the rest are
+    /// Claims the evicted buffers among `indices` (reserving budget for each); the rest are
     /// cached, loading or evicting by someone else. `demand` says the caller needs the data now
-    /// (ensure_cached), not a prefetch: only demand misses reach [`Policy::on_miss`](crate::policy::Policy::on_miss), and only
-    /// a prefetch stops when memory cannot be had without waiting.
-    fn claim_loads(&self, indices: impl Iterator<Item = u64>, demand: bool) -> Result<Claims> {
+    /// (ensure_cached), not a prefetch: only demand misses reach
+    /// [`Policy::on_miss`](crate::policy::Policy::on_miss). Neither waits for memory while it
+    /// holds claims of its own, which are `Loading` and so cannot be evicted: two callers that
+    /// each held half the budget that way would wait for each other. A demand claim with
+    /// nothing claimed yet waits; otherwise claiming stops, and the caller loads what it has.
+    /// `missed` is an index whose miss the policy has already been told of (the one a demand
+    /// claim stopped at, claimed again).
+    fn claim_loads(&self, indices: &[u64], demand: bool, missed: Option<u64>) -> Result<Claims> {
         let mut claimed = Vec::new();
         let mut others = Vec::new();
         let mut stopped = false;
-        for i in indices {
+        let mut consumed = indices.len();
+        for (k, &i) in indices.iter().enumerate() {
             let s = self.state(i);
             let w = s.load();
             if w.phase() == Phase::Cached {
@@ -63,15 +73,16 @@ impl MappingCore {
                 others.push(i);
                 continue;
             }
-            if demand {
+            if demand && missed != Some(i) {
                 self.policy.on_miss(i);
             }
             // A prefetch never waits for memory: when nothing can be evicted now (the budget is
             // held by pins or by this very batch's loads), it stops here.
-            match self.reserve_claimed(s, demand) {
+            match self.reserve_claimed(s, demand && claimed.is_empty()) {
                 Ok(true) => claimed.push(i),
                 Ok(false) => {
                     stopped = true;
+                    consumed = k;
                     break;
                 }
                 Err(e) => {
@@ -84,6 +95,7 @@ impl MappingCore {
             claimed,
             others,
             stopped,
+            consumed,
         })
     }
 
@@ -250,12 +262,31 @@ impl MappingCore {
         for &i in indices {
             self.check_index(i)?;
         }
-        let Claims {
-            claimed, others, ..
-        } = self.claim_loads(indices.iter().copied(), true)?;
-        let hits = indices.len() - claimed.len() - others.len();
-        self.stats().add(Counter::Hits, hits as u64);
-        self.load_claimed(&claimed, false)?;
+        let mut distinct = indices.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() as u64 > self.cache.budget_bytes() >> self.shift {
+            return Err(Error::BadLength {
+                len: distinct.len() as u64 * self.bs as u64,
+                why: "more buffers to hold at once than the cache's budget",
+            });
+        }
+        let mut rest = indices;
+        let mut missed = None;
+        let mut others = Vec::new();
+        loop {
+            let c = self.claim_loads(rest, true, missed)?;
+            let hits = c.consumed - c.claimed.len() - c.others.len();
+            self.stats().add(Counter::Hits, hits as u64);
+            self.load_claimed(&c.claimed, false)?;
+            others.extend(c.others);
+            if !c.stopped {
+                break;
+            }
+            // No memory while our own claims were loading: now they are loaded and evictable.
+            rest = &rest[c.consumed..];
+            missed = rest.first().copied();
+        }
         for i in others {
             drop(self.pin_shared(i)?);
         }
@@ -336,7 +367,7 @@ impl MappingCore {
         let budget = self.cache.budget_bytes() >> self.shift;
         let admitted = &admitted[..admitted.len().min(budget as usize)];
         for run in admitted.chunks(per_job) {
-            let c = self.claim_loads(run.iter().copied(), false)?;
+            let c = self.claim_loads(run, false, None)?;
             if !c.claimed.is_empty() {
                 self.cache.io.submit(Job::Load {
                     mapping: self.clone(),

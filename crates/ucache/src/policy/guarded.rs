@@ -11,7 +11,9 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{Buffers, Fallback, Layout, Policy};
+use std::sync::Arc;
+
+use super::{Buffers, Fallback, GlobalPolicy, Layout, MappingUsage, Policy, ProportionalGlobal};
 
 pub struct Guarded {
     policy: Box<dyn Policy>,
@@ -102,9 +104,19 @@ impl Guarded {
         self.fallback.victims(buffers, want, out);
     }
 
+    /// Whether the buffer may be evicted now. This is the check that ties the cache to the
+    /// application's own invariants (a page whose log records are not durable yet), so it
+    /// outlives a panic in any other hook: it is still asked once the rest of the policy is
+    /// switched off, and a panic in it answers "not now" rather than "yes".
     #[inline]
     pub fn is_evictable(&self, index: u64) -> bool {
-        self.call(true, |p| p.is_evictable(index))
+        match catch_unwind(AssertUnwindSafe(|| self.policy.is_evictable(index))) {
+            Ok(yes) => yes,
+            Err(_) => {
+                self.broken.store(true, Ordering::Relaxed);
+                false
+            }
+        }
     }
 
     /// The policy's admission decision; a broken policy admits everything, as the cache
@@ -150,5 +162,56 @@ impl Guarded {
     #[inline]
     pub fn on_evict(&self, index: u64) {
         self.call((), |p| p.on_evict(index));
+    }
+}
+
+/// The cache's side of the global policy contract, as [`Guarded`] is a mapping's: a global
+/// policy that panics is switched off for the rest of the cache's life, and the cache goes on
+/// with [`ProportionalGlobal`] and the plain budget test. Its hooks run inside `reserve`, while
+/// the caller holds a buffer it claimed for loading: an unwind there would strand it.
+pub struct GuardedGlobal {
+    policy: Arc<dyn GlobalPolicy>,
+    broken: AtomicBool,
+}
+
+impl GuardedGlobal {
+    pub fn new(policy: Arc<dyn GlobalPolicy>) -> Self {
+        GuardedGlobal {
+            policy,
+            broken: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the policy panicked and the cache runs on the default.
+    pub fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub fn need_to_evict(&self, used: u64, want: u64, budget: u64) -> bool {
+        if !self.is_broken() {
+            match catch_unwind(AssertUnwindSafe(|| {
+                self.policy.need_to_evict(used, want, budget)
+            })) {
+                Ok(r) => return r,
+                Err(_) => self.broken.store(true, Ordering::Relaxed),
+            }
+        }
+        used + want > budget
+    }
+
+    pub fn choose_eviction_mappings(&self, usage: &[MappingUsage], out: &mut Vec<usize>) {
+        let start = out.len();
+        if !self.is_broken() {
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                self.policy.choose_eviction_mappings(usage, out)
+            }));
+            if r.is_ok() {
+                return;
+            }
+            self.broken.store(true, Ordering::Relaxed);
+            out.truncate(start);
+        }
+        ProportionalGlobal.choose_eviction_mappings(usage, out);
     }
 }

@@ -55,7 +55,7 @@ pub use fallback::Fallback;
 pub use fifo::Fifo;
 pub use get_scan::GetScan;
 pub use global::{MappingUsage, ProportionalGlobal};
-pub use guarded::Guarded;
+pub use guarded::{Guarded, GuardedGlobal};
 pub use hint::Hint;
 pub use lfu::Lfu;
 pub use lhd::Lhd;

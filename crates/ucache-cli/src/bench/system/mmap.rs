@@ -5,48 +5,72 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 
 use super::{Params, System};
+use crate::bench::role::Role;
 use crate::bench::worker::ThreadCtx;
+use crate::bench::workload::Workload;
 
 pub struct Mmap {
     base: *const u8,
+    /// `getscan`'s scan threads read through a mapping of their own, without `MADV_RANDOM`:
+    /// the advice belongs to a mapping, and scans keep the kernel's readahead.
+    scan_base: Option<*const u8>,
     len: usize,
     _file: File,
 }
 
-// SAFETY: the mapping is read-only and lives as long as the struct; sharing loads from it
+// SAFETY: the mappings are read-only and live as long as the struct; sharing loads from them
 // between threads is what a MAP_SHARED mapping is for.
 unsafe impl Sync for Mmap {}
 // SAFETY: as above.
 unsafe impl Send for Mmap {}
 
+/// Maps `len` bytes of `file` read-only and shared, with `MADV_RANDOM` if `random`.
+fn map(file: &File, len: usize, random: bool) -> Result<*const u8, String> {
+    // SAFETY: mapping a file we opened read-only; checked for MAP_FAILED below.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(format!("mmap: {}", std::io::Error::last_os_error()));
+    }
+    // Random lookups would otherwise fault in readahead windows of neighbours they never
+    // use, spending the cgroup's budget on them; scans keep the kernel's readahead.
+    // SAFETY: advice on the range we just mapped.
+    if random && unsafe { libc::madvise(base, len, libc::MADV_RANDOM) } != 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: unmapping what we just mapped.
+        unsafe { libc::munmap(base, len) };
+        return Err(format!("madvise: {e}"));
+    }
+    Ok(base as *const u8)
+}
+
 impl Mmap {
     pub fn open(p: &Params) -> Result<Self, String> {
         let file = File::open(&p.path).map_err(|e| format!("open {}: {e}", p.path.display()))?;
         let len = p.data_bytes as usize;
-        // SAFETY: mapping a file we opened read-only; checked for MAP_FAILED below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
+        let base = map(&file, len, p.workload.is_random())?;
+        let scan_base = match p.workload {
+            Workload::Getscan => match map(&file, len, false) {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    // SAFETY: unmapping the first mapping, which nothing else uses yet.
+                    unsafe { libc::munmap(base as *mut _, len) };
+                    return Err(e);
+                }
+            },
+            _ => None,
         };
-        if base == libc::MAP_FAILED {
-            return Err(format!("mmap: {}", std::io::Error::last_os_error()));
-        }
-        // Random lookups would otherwise fault in readahead windows of neighbours they never
-        // use, spending the cgroup's budget on them; scans keep the kernel's readahead.
-        if p.workload.is_random() {
-            // SAFETY: advice on the range we just mapped.
-            if unsafe { libc::madvise(base, len, libc::MADV_RANDOM) } != 0 {
-                return Err(format!("madvise: {}", std::io::Error::last_os_error()));
-            }
-        }
         Ok(Mmap {
-            base: base as *const u8,
+            base,
+            scan_base,
             len,
             _file: file,
         })
@@ -57,19 +81,27 @@ impl Drop for Mmap {
     fn drop(&mut self) {
         // SAFETY: unmapping what open() mapped.
         unsafe { libc::munmap(self.base as *mut _, self.len) };
+        if let Some(b) = self.scan_base {
+            // SAFETY: as above.
+            unsafe { libc::munmap(b as *mut _, self.len) };
+        }
     }
 }
 
 impl System for Mmap {
     fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
         let bs = ctx.params().buffer_size;
+        let base = match (ctx.role(), self.scan_base) {
+            (Role::Scan, Some(b)) => b,
+            _ => self.base,
+        };
         while ctx.running() {
             let t = ctx.sample();
             let idx = ctx.next_index();
             let off = idx as usize * bs;
             assert!(off + bs <= self.len);
             // SAFETY: in bounds of a live read-only mapping of a file nobody truncates.
-            let buf = unsafe { std::slice::from_raw_parts(self.base.add(off), bs) };
+            let buf = unsafe { std::slice::from_raw_parts(base.add(off), bs) };
             ctx.touch(buf, idx);
             ctx.done(1, t);
         }

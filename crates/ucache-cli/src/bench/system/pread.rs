@@ -5,15 +5,22 @@
 use std::fs::File;
 
 use super::{Params, System};
+use crate::bench::role::Role;
 use crate::bench::worker::ThreadCtx;
+use crate::bench::workload::Workload;
 
 pub struct Pread {
     file: File,
+    /// `getscan`'s scan threads read through a descriptor of their own, without
+    /// `POSIX_FADV_RANDOM`: the advice belongs to an open file, and scans keep the kernel's
+    /// readahead.
+    scan_file: Option<File>,
 }
 
 impl Pread {
     pub fn open(p: &Params) -> Result<Self, String> {
-        let file = File::open(&p.path).map_err(|e| format!("open {}: {e}", p.path.display()))?;
+        let open = || File::open(&p.path).map_err(|e| format!("open {}: {e}", p.path.display()));
+        let file = open()?;
         // Same as mmap: no readahead for random lookups, the kernel default for scans.
         if p.workload.is_random() {
             // SAFETY: advisory call on a valid fd.
@@ -26,12 +33,20 @@ impl Pread {
                 )
             };
         }
-        Ok(Pread { file })
+        let scan_file = match p.workload {
+            Workload::Getscan => Some(open()?),
+            _ => None,
+        };
+        Ok(Pread { file, scan_file })
     }
 }
 
 impl System for Pread {
     fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
-        super::raw_psync::read_loop(&self.file, ctx, false)
+        let file = match (ctx.role(), &self.scan_file) {
+            (Role::Scan, Some(f)) => f,
+            _ => &self.file,
+        };
+        super::raw_psync::read_loop(file, ctx, false)
     }
 }
