@@ -29,17 +29,24 @@ impl Drop for FaultThreads {
     }
 }
 
-/// Starts `n` handler threads for `core`, whose region starts at `base`.
-pub(crate) fn spawn(core: &Arc<MappingCore>, u: Arc<Uffd>, base: usize, n: usize) -> FaultThreads {
-    let stop = Arc::new(AtomicBool::new(false));
+/// Starts `n` handler threads for `core`, whose region starts at `base`. If one cannot be
+/// started, those already running are stopped.
+pub(crate) fn spawn(
+    core: &Arc<MappingCore>,
+    u: Arc<Uffd>,
+    base: usize,
+    n: usize,
+) -> std::io::Result<FaultThreads> {
+    let threads = FaultThreads {
+        stop: Arc::new(AtomicBool::new(false)),
+    };
     for k in 0..n.max(1) {
-        let (weak, u, stop) = (Arc::downgrade(core), u.clone(), stop.clone());
+        let (weak, u, stop) = (Arc::downgrade(core), u.clone(), threads.stop.clone());
         std::thread::Builder::new()
             .name(format!("ucache-fault-{k}"))
-            .spawn(move || serve(weak, &u, base, &stop))
-            .expect("spawning a fault handler thread");
+            .spawn(move || serve(weak, &u, base, &stop))?;
     }
-    FaultThreads { stop }
+    Ok(threads)
 }
 
 fn serve(weak: Weak<MappingCore>, u: &Uffd, base: usize, stop: &AtomicBool) {
@@ -56,15 +63,7 @@ fn serve(weak: Weak<MappingCore>, u: &Uffd, base: usize, stop: &AtomicBool) {
             if !core.fault_failed(addr, &e) {
                 // As mmap would: SIGBUS to the thread that faulted. It is woken below, takes
                 // the signal on its way back to user mode, and dies of it unless it handles it.
-                // SAFETY: tgkill(2) to a thread of our own process.
-                unsafe {
-                    libc::syscall(
-                        libc::SYS_tgkill,
-                        libc::getpid(),
-                        msg.ptid as libc::c_int,
-                        libc::SIGBUS,
-                    );
-                }
+                send_sigbus(msg.ptid as libc::c_int);
             }
         }
         // A fault that found its buffer already served changed nothing that wakes the
@@ -72,5 +71,17 @@ fn serve(weak: Weak<MappingCore>, u: &Uffd, base: usize, stop: &AtomicBool) {
         let bs = core.buffer_size();
         let start = (addr - base) & !(bs - 1);
         let _ = u.wake((base + start) as *mut u8, bs);
+    }
+}
+
+/// Sends `SIGBUS` to thread `tid` of this process for its failed fault. Only a thread can
+/// queue a signal that looks like the kernel's (a positive `si_code`) to itself, so this one
+/// comes from `tgkill` and looks sent; it is marked pending first, so that ucache's `SIGBUS`
+/// handler, if installed, treats it as the fault it stands for (`crate::sigbus`).
+fn send_sigbus(tid: libc::c_int) {
+    crate::sigbus::mark_fault_signal(tid);
+    // SAFETY: tgkill(2) to a thread of our own process.
+    unsafe {
+        libc::syscall(libc::SYS_tgkill, libc::getpid(), tid, libc::SIGBUS);
     }
 }

@@ -29,7 +29,8 @@ impl Hold {
 }
 
 /// Exclusive pins recorded per thread. A thread holding more at once (a tree latched deeper
-/// than this) is not protected for the rest: a wait on one of those hangs as before.
+/// than this) is not protected for the rest: a wait on one of those hangs as before. That
+/// such pins exist is still known ([`unrecorded_exclusive`]).
 const MAX_EXCLUSIVE: usize = 32;
 
 /// A thread's exclusive pins: mapping addresses and buffer indices, a stack in the order
@@ -42,6 +43,9 @@ struct Exclusive {
     mappings: [Cell<usize>; MAX_EXCLUSIVE],
     indices: [Cell<u64>; MAX_EXCLUSIVE],
     len: Cell<usize>,
+    /// Exclusive pins held beyond the record: while there are any, this thread's holds are
+    /// not all known.
+    unrecorded: Cell<usize>,
 }
 
 impl Exclusive {
@@ -50,6 +54,7 @@ impl Exclusive {
             mappings: [const { Cell::new(0) }; MAX_EXCLUSIVE],
             indices: [const { Cell::new(0) }; MAX_EXCLUSIVE],
             len: Cell::new(0),
+            unrecorded: Cell::new(0),
         }
     }
 
@@ -86,6 +91,8 @@ pub(crate) fn hold(mapping: usize, index: u64, why: Hold) {
                     x.mappings[n].set(mapping);
                     x.indices[n].set(index);
                     x.len.set(n + 1);
+                } else {
+                    x.unrecorded.set(x.unrecorded.get() + 1);
                 }
             });
         }
@@ -109,6 +116,8 @@ pub(crate) fn release(mapping: usize, index: u64, why: Hold) {
                         x.indices[k].set(x.indices[last].get());
                     }
                     x.len.set(last);
+                } else {
+                    x.unrecorded.set(x.unrecorded.get().saturating_sub(1));
                 }
             });
         }
@@ -123,9 +132,18 @@ pub(crate) fn release(mapping: usize, index: u64, why: Hold) {
     }
 }
 
+/// Whether this thread holds exclusive pins beyond its record, so that [`held`] may miss one.
+pub(crate) fn unrecorded_exclusive() -> bool {
+    EXCLUSIVE
+        .try_with(|x| x.unrecorded.get() > 0)
+        .unwrap_or(false)
+}
+
 /// Whether this thread holds any exclusive pin (of any mapping).
 pub(crate) fn holds_exclusive() -> bool {
-    EXCLUSIVE.try_with(|x| x.len.get() > 0).unwrap_or(false)
+    EXCLUSIVE
+        .try_with(|x| x.len.get() + x.unrecorded.get() > 0)
+        .unwrap_or(false)
 }
 
 /// How this thread holds buffer `index` of the mapping at `mapping`, if it does.
@@ -174,10 +192,12 @@ mod tests {
         assert_eq!(held(9, 0), Some(Hold::Exclusive));
         assert_eq!(held(9, MAX_EXCLUSIVE as u64 - 1), Some(Hold::Exclusive));
         assert_eq!(held(9, MAX_EXCLUSIVE as u64), None);
+        assert!(unrecorded_exclusive());
         for i in (0..MAX_EXCLUSIVE as u64 + 3).rev() {
             release(9, i, Hold::Exclusive);
         }
         assert_eq!(held(9, 0), None);
+        assert!(!unrecorded_exclusive() && !holds_exclusive());
         hold(9, 1, Hold::Exclusive);
         hold(9, 2, Hold::Exclusive);
         release(9, 1, Hold::Exclusive);

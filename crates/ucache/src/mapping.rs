@@ -67,6 +67,13 @@ pub(crate) struct MappingCore {
     len: u64,
     bs: usize,
     shift: u32,
+    /// Where the SIGBUS handler finds a transparent mapping; set once it is in an `Arc`.
+    /// Declared before `region`, so it is dropped first: the registry must stop naming this
+    /// range before the range is unmapped, or a new mapping given the same addresses could
+    /// meet this stale entry.
+    registration: std::sync::OnceLock<Registration>,
+    /// The handler threads of a transparent mapping in compatibility mode.
+    fault_threads: std::sync::OnceLock<FaultThreads>,
     region: Region,
     states: Box<[BufferState]>,
     policy: Guarded,
@@ -79,10 +86,6 @@ pub(crate) struct MappingCore {
     unmapped: AtomicBool,
     fault_hook: Option<FaultHook>,
     fault_handling: FaultHandling,
-    /// Where the SIGBUS handler finds a transparent mapping; set once it is in an `Arc`.
-    registration: std::sync::OnceLock<Registration>,
-    /// The handler threads of a transparent mapping in compatibility mode.
-    fault_threads: std::sync::OnceLock<FaultThreads>,
     /// Slots and queue of set-aside buffers (transparent mappings that track access).
     aside: Option<AsidePool>,
 }
@@ -260,7 +263,12 @@ impl MappingCore {
                 let _ = self.registration.set(r);
             }
             FaultHandling::HandlerThreads(n) => {
-                let t = crate::fault_thread::spawn(self, u.clone(), base, n);
+                let t = crate::fault_thread::spawn(self, u.clone(), base, n).map_err(|source| {
+                    Error::Os {
+                        call: "spawn ucache-fault thread",
+                        source,
+                    }
+                })?;
                 let _ = self.fault_threads.set(t);
             }
         }

@@ -158,21 +158,40 @@ impl Region {
 
     /// Gives the frames of these `(offset, len)` ranges back to the kernel; they read as zeros
     /// afterwards. The caller owns every range exclusively (state `Evicting`).
-    pub(crate) fn drop_ranges(&self, ranges: &[(usize, usize)]) -> Result<()> {
-        for chunk in ranges.chunks(IOV_MAX) {
-            if !process_madvise_dontneed(self, chunk)? {
-                for &(off, len) in chunk {
-                    // SAFETY: the range lies in our region and nobody accesses it (Evicting).
-                    let r = unsafe {
-                        libc::madvise(self.at(off) as *mut libc::c_void, len, libc::MADV_DONTNEED)
-                    };
-                    if r != 0 {
-                        return Err(Error::last_os("madvise"));
-                    }
+    ///
+    /// On failure, returns the indices of the ranges whose memory may still be there, with the
+    /// error; every other range was dropped. A batched call that fails part way tells nothing
+    /// of which ranges it reached, so each range of that batch is then dropped on its own
+    /// (dropping one again is harmless), and only those whose own call fails are reported.
+    pub(crate) fn drop_ranges(
+        &self,
+        ranges: &[(usize, usize)],
+    ) -> std::result::Result<(), (Vec<usize>, Error)> {
+        let mut failed = Vec::new();
+        let mut first_error = None;
+        for (c, chunk) in ranges.chunks(IOV_MAX).enumerate() {
+            let batched = process_madvise_dontneed(self, chunk);
+            if matches!(batched, Ok(true)) {
+                continue;
+            }
+            if let Err(e) = batched {
+                first_error.get_or_insert(e);
+            }
+            for (k, &(off, len)) in chunk.iter().enumerate() {
+                // SAFETY: the range lies in our region and nobody accesses it (Evicting).
+                let r = unsafe {
+                    libc::madvise(self.at(off) as *mut libc::c_void, len, libc::MADV_DONTNEED)
+                };
+                if r != 0 {
+                    failed.push(c * IOV_MAX + k);
+                    first_error.get_or_insert(Error::last_os("madvise"));
                 }
             }
         }
-        Ok(())
+        match first_error {
+            Some(e) if !failed.is_empty() => Err((failed, e)),
+            _ => Ok(()),
+        }
     }
 }
 

@@ -48,22 +48,32 @@ pub(crate) struct Registration {
     slot: usize,
 }
 
+/// A slot claimed by a registration that is still writing its range: skipped by lookups.
+/// Never a real pointer (nothing is allocated at the first aligned address).
+const CLAIMED: *mut MappingCore = std::ptr::dangling_mut();
+
 /// Makes faults in `[start, start+len)` go to `core`, installing the handler on first use.
 pub(crate) fn register(core: &Arc<MappingCore>, start: usize, len: usize) -> Result<Registration> {
     install()?;
     let weak = Weak::into_raw(Arc::downgrade(core)) as *mut MappingCore;
     for (k, s) in REGISTRY.iter().enumerate() {
-        if !s.core.load(SeqCst).is_null() || s.users.load(SeqCst) != 0 {
+        // Claim the slot before writing its range: two registrations that wrote first and
+        // claimed second could both write one slot, and one would publish the other's range.
+        if s.core
+            .compare_exchange(std::ptr::null_mut(), CLAIMED, SeqCst, SeqCst)
+            .is_err()
+        {
+            continue;
+        }
+        if s.users.load(SeqCst) != 0 {
+            // A handler still reads what the slot held before: leave it be.
+            s.core.store(std::ptr::null_mut(), SeqCst);
             continue;
         }
         s.start.store(start, SeqCst);
         s.end.store(start + len, SeqCst);
-        if s.core
-            .compare_exchange(std::ptr::null_mut(), weak, SeqCst, SeqCst)
-            .is_ok()
-        {
-            return Ok(Registration { slot: k });
-        }
+        s.core.store(weak, SeqCst);
+        return Ok(Registration { slot: k });
     }
     // SAFETY: `weak` came from Weak::into_raw above and was not published.
     drop(unsafe { Weak::from_raw(weak) });
@@ -75,13 +85,15 @@ pub(crate) fn register(core: &Arc<MappingCore>, start: usize, len: usize) -> Res
 impl Drop for Registration {
     fn drop(&mut self) {
         let s = &REGISTRY[self.slot];
-        let p = s.core.swap(std::ptr::null_mut(), SeqCst);
+        let p = s.core.swap(CLAIMED, SeqCst);
         // A handler that saw the pointer before the swap holds `users`; wait for it to finish
-        // upgrading (or failing to upgrade) before giving the weak reference back.
+        // upgrading (or failing to upgrade) before giving the weak reference back. The slot
+        // stays claimed meanwhile, so no registration reuses it under that handler.
         while s.users.load(SeqCst) != 0 {
             std::thread::yield_now();
         }
-        if !p.is_null() {
+        s.core.store(std::ptr::null_mut(), SeqCst);
+        if !p.is_null() && p != CLAIMED {
             // SAFETY: p came from Weak::into_raw in `register` and is no longer published.
             drop(unsafe { Weak::from_raw(p as *const MappingCore) });
         }
@@ -91,14 +103,15 @@ impl Drop for Registration {
 /// The live mapping whose registered range contains `addr`, and the range's start.
 fn lookup(addr: usize) -> Option<(Arc<MappingCore>, usize)> {
     for s in REGISTRY.iter() {
-        if s.core.load(SeqCst).is_null() {
+        let p = s.core.load(SeqCst);
+        if p.is_null() || p == CLAIMED {
             continue;
         }
         s.users.fetch_add(1, SeqCst);
         let p = s.core.load(SeqCst);
         let start = s.start.load(SeqCst);
-        let hit = !p.is_null() && addr >= start && addr < s.end.load(SeqCst);
-        let found = if hit {
+        let live = !p.is_null() && p != CLAIMED;
+        let found = if live && addr >= start && addr < s.end.load(SeqCst) {
             // SAFETY: while `users` is raised and the pointer is still published, the slot's
             // weak reference is alive; we borrow it without taking it over.
             let weak = ManuallyDrop::new(unsafe { Weak::from_raw(p as *const MappingCore) });
@@ -107,7 +120,8 @@ fn lookup(addr: usize) -> Option<(Arc<MappingCore>, usize)> {
             None
         };
         s.users.fetch_sub(1, SeqCst);
-        if hit {
+        // A mapping going away may still name a range that a new one now holds: look on.
+        if found.is_some() {
             return found;
         }
     }
@@ -158,8 +172,13 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // SAFETY: errno is thread-local; we restore it so the interrupted code never sees ours.
     let errno = unsafe { *libc::__errno_location() };
     // SAFETY: the kernel passes a valid siginfo_t for SA_SIGINFO handlers.
-    let addr = unsafe { (*info).si_addr() } as usize;
-    let served = match lookup(addr) {
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    // A SIGBUS sent by kill(2), raise(3) or sigqueue(3) (si_code <= 0) names no address:
+    // it is not a fault, and goes to whoever handled SIGBUS before ucache. One that a handler
+    // thread sent for a failed fault stands for that fault.
+    let fault = code > 0 || take_fault_signal();
+    let found = if code > 0 { lookup(addr) } else { None };
+    let served = match found {
         Some((core, start)) => {
             let write = is_write(ctx);
             // A panic must not unwind into the interrupted frame.
@@ -175,25 +194,60 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         None => false,
     };
     if !served {
-        chain(sig, info, ctx);
+        chain(sig, info, ctx, fault);
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
 }
 
-/// Hands the signal to whatever handled `SIGBUS` before ucache.
-fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+/// Threads that a handler thread sent `SIGBUS` for a failed fault, and that have not taken it
+/// yet (0: free). A handler thread has more than a few of these pending only if many faults
+/// fail at once; a thread left unmarked then takes its signal as a sent one.
+static FAULT_SIGNALS: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
+
+/// Marks thread `tid` as about to receive `SIGBUS` for a failed fault (see [`FAULT_SIGNALS`]).
+pub(crate) fn mark_fault_signal(tid: libc::c_int) {
+    if !INSTALL.is_completed() {
+        return;
+    }
+    for s in FAULT_SIGNALS.iter() {
+        if s.compare_exchange(0, tid as usize, SeqCst, SeqCst).is_ok() {
+            return;
+        }
+    }
+}
+
+/// Whether this thread was marked by [`mark_fault_signal`]; clears the mark.
+fn take_fault_signal() -> bool {
+    // SAFETY: gettid(2) has no failure mode.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as usize;
+    FAULT_SIGNALS
+        .iter()
+        .any(|s| s.compare_exchange(tid, 0, SeqCst, SeqCst).is_ok())
+}
+
+/// Hands the signal to whatever handled `SIGBUS` before ucache. `fault` says it came from a
+/// faulting access, which runs again when the handler returns.
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, fault: bool) {
     // SAFETY: PREVIOUS was fully written before our handler was installed.
     let prev = unsafe { (*std::ptr::addr_of!(PREVIOUS)).assume_init() };
     let h = prev.sa_sigaction;
+    if h == libc::SIG_IGN && !fault {
+        // A sent SIGBUS the program chose to ignore.
+        return;
+    }
     if h == libc::SIG_DFL || h == libc::SIG_IGN {
-        // Restore the default and return: the access runs again, faults again, and the
-        // kernel applies the default action (a synchronous SIGBUS cannot be ignored).
-        // SAFETY: plain sigaction with a zeroed struct (SIG_DFL).
+        // The default action, which ends the process. A fault gets it by running again with
+        // the default restored (a synchronous SIGBUS cannot be ignored); a sent signal is
+        // raised again, at once, rather than left for some later fault.
+        // SAFETY: plain sigaction with a zeroed struct (SIG_DFL), then raise(3).
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = libc::SIG_DFL;
             libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+            if !fault {
+                libc::raise(libc::SIGBUS);
+            }
         }
         return;
     }

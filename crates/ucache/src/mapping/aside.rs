@@ -173,18 +173,24 @@ impl MappingCore {
             .map(|&i| ((i << self.shift) as usize, self.bs))
             .collect();
         if !set.is_empty() {
-            if self.region.drop_ranges(&ranges).is_ok() {
-                for &i in &set {
-                    let _ = self.state(i).update(|w| Some(w.finish_aside()));
-                }
-                pool.queue.lock().extend(&set);
-                self.stats().add(Counter::SetAside, set.len() as u64);
-            } else {
-                for &i in &set {
+            // Ranges that could not be dropped keep their buffers cached (their pages are
+            // still there); the others are set aside.
+            let kept = match self.region.drop_ranges(&ranges) {
+                Ok(()) => Vec::new(),
+                Err((kept, _)) => kept,
+            };
+            let mut aside = Vec::with_capacity(set.len());
+            for (k, &i) in set.iter().enumerate() {
+                if kept.contains(&k) {
                     pool.release(i);
                     let _ = self.state(i).update(|w| Some(w.cancel_evict()));
+                } else {
+                    let _ = self.state(i).update(|w| Some(w.finish_aside()));
+                    aside.push(i);
                 }
             }
+            self.stats().add(Counter::SetAside, aside.len() as u64);
+            pool.queue.lock().extend(aside);
         }
         if dirty.is_empty() {
             0

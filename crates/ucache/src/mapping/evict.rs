@@ -125,12 +125,22 @@ impl MappingCore {
                     _ => ranges.push((off, self.bs)),
                 }
             }
-            if let Err(e) = self.region.drop_ranges(&ranges) {
-                // The memory could not be dropped: keep every buffer resident and valid.
-                for &i in &clean {
-                    let _ = self.state(i).update(|w| Some(w.cancel_evict()));
-                }
-                clean.clear();
+            if let Err((kept, e)) = self.region.drop_ranges(&ranges) {
+                // Those ranges' memory could not be dropped: keep their buffers resident and
+                // valid. The rest are gone, so they go on to `Evicted`.
+                let kept: Vec<(usize, usize)> = kept.iter().map(|&k| ranges[k]).collect();
+                let in_kept = |i: u64| {
+                    let off = (i << self.shift) as usize;
+                    kept.iter().any(|&(o, l)| off >= o && off < o + l)
+                };
+                clean.retain(|&i| {
+                    if in_kept(i) {
+                        let _ = self.state(i).update(|w| Some(w.cancel_evict()));
+                        false
+                    } else {
+                        true
+                    }
+                });
                 failure = failure.or(Some((0, e)));
             }
         }

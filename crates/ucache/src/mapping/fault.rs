@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::MappingCore;
 use crate::error::{Error, Result};
 use crate::fault::FaultAction;
+use crate::held::Hold;
 use crate::state::{BufferState, Phase, Pin};
 use crate::stats::Counter;
 use crate::stopwatch::Stopwatch;
@@ -57,11 +58,22 @@ impl MappingCore {
                 // A read that raced the load of its page: it is there now.
                 Phase::Cached if !write => return Ok(()),
                 Phase::Cached if w.exclusive() => {
-                    // The holder of an exclusive pin writes through its guard; nothing else
-                    // can claim the buffer meanwhile.
-                    let _ = s.update(|w| w.exclusive().then(|| w.mark_dirty()));
-                    self.stats().add(Counter::WriteFaults, 1);
-                    return self.region.protect(offset & !(self.bs - 1), self.bs, false);
+                    if crate::held::held(self.addr(), i) == Some(Hold::Exclusive)
+                        || crate::held::unrecorded_exclusive()
+                    {
+                        // This thread holds the pin (or may: it holds more than its record
+                        // keeps): nothing else can claim the buffer, so the dirty bit set here
+                        // holds until the protection is lifted.
+                        if s.update(|w| w.exclusive().then(|| w.mark_dirty())).is_ok() {
+                            self.stats().add(Counter::WriteFaults, 1);
+                            return self.region.protect(offset & !(self.bs - 1), self.bs, false);
+                        }
+                    } else {
+                        // Another thread's pin, or its first store lifting the protection:
+                        // wait for it. Lifting the protection here, after that holder let go of
+                        // a clean buffer, would let this store land in a buffer marked clean.
+                        s.wait_change(w);
+                    }
                 }
                 Phase::Cached => {
                     if let Some(x) = w.begin_enable_write() {

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use super::{zero_tail, MappingCore};
 use crate::error::{Error, Result};
+use crate::fault::FaultHandling;
 use crate::guard::{ExclusiveGuard, OptimisticView, SharedGuard};
 use crate::staging::with_staging;
 use crate::state::{BufferState, Phase, Pin, Word};
@@ -36,6 +37,9 @@ impl MappingCore {
             return Err(Error::ReadOnly);
         }
         self.pin(s, i, Pin::Exclusive)?;
+        if self.region.is_transparent() && self.fault_handling != FaultHandling::OnFaultingThread {
+            self.open_for_holder(s, i)?;
+        }
         // SAFETY: we hold the exclusive pin: nobody else reads or writes the buffer until unpin.
         Ok(unsafe {
             ExclusiveGuard::new(
@@ -45,6 +49,30 @@ impl MappingCore {
                 self.valid(i),
             )
         })
+    }
+
+    /// Lifts the write protection of a clean buffer just pinned exclusively, and marks it
+    /// dirty. With handler threads, the holder's writes through its guard would fault to a
+    /// thread that cannot tell the holder from any other writer, and so would wait for the pin
+    /// to be released: the holder would wait on itself. The faulting thread itself can tell
+    /// (`crate::held`), so the default mode lifts the protection only on a write.
+    #[cold]
+    fn open_for_holder(&self, s: &BufferState, i: u64) -> Result<()> {
+        if s.load().dirty() {
+            return Ok(());
+        }
+        if let Err(e) = self
+            .region
+            .protect((i << self.shift) as usize, self.bs, false)
+        {
+            let r = s.update(|w| Some(w.unpin_exclusive(false)));
+            debug_assert!(r.is_ok());
+            return Err(e);
+        }
+        // We hold X, so no write-back can begin before the bit is set.
+        let r = s.update(|w| Some(w.mark_dirty()));
+        debug_assert!(r.is_ok());
+        Ok(())
     }
 
     /// Pins buffer `i`, loading it if needed. The heart of the hit and miss paths.

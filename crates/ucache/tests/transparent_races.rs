@@ -1,0 +1,389 @@
+//! Races of transparent mappings with pins, maps and signals, found by review: each test
+//! failed before its fix. Tests that can end a process run it as a child (this binary,
+//! re-entered through an environment variable).
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ucache::state::Phase;
+use ucache::store::MemoryStore;
+use ucache::{Cache, CacheOptions, MapOptions};
+
+const BS: usize = 4096;
+const CHILD: &str = "UCACHE_RACES_CHILD";
+
+fn child(name: &str, mode: &str) -> Output {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, mode)
+        .output()
+        .unwrap()
+}
+
+fn mode() -> Option<String> {
+    std::env::var(CHILD).ok()
+}
+
+fn words(m: &ucache::Mapping) -> &[AtomicU64] {
+    // SAFETY: the mapping's memory is valid for its length while `m` lives.
+    unsafe { std::slice::from_raw_parts(m.as_ptr() as *const AtomicU64, m.len() as usize / 8) }
+}
+
+/// A plain store whose write-protect fault finds the buffer pinned exclusively by another
+/// thread (one that only reads under its pin) waits for the pin. Before, it lifted the
+/// protection itself: when the pin was dropped clean in between, the buffer ended up clean and
+/// writable, the store landed without `D`, and eviction dropped it (within 50 to 5,000 stores).
+#[test]
+fn store_racing_a_clean_exclusive_unpin_is_not_lost() {
+    let store = MemoryStore::new();
+    store.insert("t", vec![0u8; 4 * BS]);
+    let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
+    let m = cache
+        .map(
+            Arc::new(store.clone()),
+            "t",
+            MapOptions::new().transparent(true).writable(true),
+        )
+        .unwrap();
+    let w = words(&m);
+    let stop = AtomicBool::new(false);
+    let mut lost = None;
+    let mut n = 0u64;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Exclusive pins that never write: dropped clean.
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(g) = m.pin_exclusive(0) {
+                    std::hint::black_box(g[0]);
+                }
+            }
+        });
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            // Clean and write-protected again (this thread is the only one that writes back).
+            m.msync(0, BS as u64).unwrap();
+            n += 1;
+            w[0].store(n, Ordering::Relaxed);
+            let st = m.state(0).unwrap();
+            if !st.dirty() && !st.writing() && st.phase() == Phase::Cached {
+                lost = Some((n, st));
+                break;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    if let Some((n, st)) = lost {
+        // The store is in memory but the buffer is clean: eviction drops it unwritten.
+        m.evict(0, BS as u64).unwrap();
+        let now = w[0].load(Ordering::Relaxed);
+        panic!(
+            "after store {n} buffer 0 was clean ({st:?}); after evict it reads {now} \
+             (store lost: {})",
+            now != n
+        );
+    }
+    eprintln!("{n} stores, none lost");
+}
+
+/// Threads map, touch and unmap transparent mappings, so the kernel hands one thread's freed
+/// addresses to another's new mapping. The registry entry of a mapping going away must not
+/// hide the new one. Before, the range was unmapped before its entry was cleared, and a fault
+/// that met the stale entry first went unserved: the process died of SIGBUS within 0.1 s.
+/// Maps are serialized here, so `register`'s own race (next test) is excluded.
+#[test]
+fn map_racing_unmap_of_a_reused_range_is_served() {
+    if mode().as_deref() == Some("maps") {
+        let store = Arc::new(MemoryStore::new());
+        store.insert("t", vec![7u8; BS]);
+        let cache = Cache::new(CacheOptions::new(1024 * BS as u64).batch(1)).unwrap();
+        let progress = AtomicU64::new(0);
+        let finished = AtomicU64::new(0);
+        let serial = std::env::var("PARALLEL_MAPS").is_err();
+        install_reporting_sigbus_handler();
+        let map_lock = std::sync::Mutex::new(());
+        let nt: u64 = std::env::var("NT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3);
+        std::thread::scope(|s| {
+            for _ in 0..nt {
+                s.spawn(|| {
+                    let t0 = Instant::now();
+                    while t0.elapsed() < Duration::from_secs(4) {
+                        let g = serial.then(|| map_lock.lock().unwrap());
+                        let m = cache
+                            .map(store.clone(), "t", MapOptions::new().transparent(true))
+                            .unwrap();
+                        drop(g);
+                        if std::env::var("VERBOSE").is_ok() {
+                            println!(
+                                "map at {:p} by {:?}",
+                                m.as_ptr(),
+                                std::thread::current().id()
+                            );
+                        }
+                        // SAFETY: inside the live mapping.
+                        let b = unsafe { std::ptr::read_volatile(m.as_ptr()) };
+                        assert_eq!(b, 7);
+                        m.unmap().unwrap();
+                        progress.fetch_add(1, Ordering::Relaxed);
+                    }
+                    finished.fetch_add(1, Ordering::Relaxed);
+                });
+            }
+            // Watchdog: a fault served by the wrong mapping spins forever.
+            let mut last = 0;
+            while finished.load(Ordering::Relaxed) < nt {
+                std::thread::sleep(Duration::from_secs(2));
+                let p = progress.load(Ordering::Relaxed);
+                if p == last && finished.load(Ordering::Relaxed) < nt {
+                    println!("HANG after {p} maps");
+                    std::process::exit(3);
+                }
+                last = p;
+            }
+        });
+        println!("DONE {} maps", progress.load(Ordering::Relaxed));
+        std::process::exit(0);
+    }
+    let out = child("map_racing_unmap_of_a_reused_range_is_served", "maps");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("DONE"),
+        "child ended with {:?} (signal {:?}): {}",
+        out.status,
+        out.status.signal(),
+        report_lines(&stdout)
+    );
+}
+
+/// Two threads map at once. Each registration must claim its registry slot before writing its
+/// range there: before, both could write one slot, and one mapping was published with the
+/// other's range, so its faults went unserved (SIGBUS) or were served by the wrong mapping
+/// forever (a hang). Address reuse is excluded: every mapping of a round stays mapped until
+/// all threads have mapped and touched theirs.
+#[test]
+fn concurrent_maps_without_address_reuse_register_the_right_ranges() {
+    if mode().as_deref() == Some("noreuse") {
+        let store = Arc::new(MemoryStore::new());
+        store.insert("t", vec![7u8; BS]);
+        install_reporting_sigbus_handler();
+        watchdog(20);
+        let cache = Cache::new(CacheOptions::new(1024 * BS as u64).batch(1)).unwrap();
+        let nt: usize = std::env::var("NT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2);
+        let barrier = std::sync::Barrier::new(nt);
+        let rounds = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..nt {
+                s.spawn(|| {
+                    let t0 = Instant::now();
+                    while t0.elapsed() < Duration::from_secs(4) {
+                        barrier.wait();
+                        let mut ms = Vec::new();
+                        for _ in 0..100 {
+                            let m = cache
+                                .map(store.clone(), "t", MapOptions::new().transparent(true))
+                                .unwrap();
+                            // SAFETY: inside the live mapping.
+                            assert_eq!(unsafe { std::ptr::read_volatile(m.as_ptr()) }, 7);
+                            ms.push(m);
+                        }
+                        barrier.wait();
+                        for m in ms {
+                            m.unmap().unwrap();
+                        }
+                        rounds.fetch_add(1, Ordering::Relaxed);
+                        barrier.wait();
+                        if t0.elapsed() >= Duration::from_secs(4) {
+                            break;
+                        }
+                        barrier.wait();
+                    }
+                });
+            }
+        });
+        println!("DONE {} rounds", rounds.load(Ordering::Relaxed));
+        std::process::exit(0);
+    }
+    let out = child(
+        "concurrent_maps_without_address_reuse_register_the_right_ranges",
+        "noreuse",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("DONE"),
+        "child ended with {:?} (signal {:?}): {}",
+        out.status,
+        out.status.signal(),
+        report_lines(&stdout)
+    );
+}
+
+/// A SIGBUS handler installed before ucache's, so ucache chains to it: it reports the address
+/// that ucache could not serve and ends the process with status 99.
+fn install_reporting_sigbus_handler() {
+    extern "C" fn report(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        // SAFETY: SA_SIGINFO handler; the kernel passes a valid siginfo.
+        let addr = unsafe { (*info).si_addr() } as usize;
+        let msg = format!("UNSERVED SIGBUS at {addr:#x}\n");
+        // SAFETY: write(2) of a buffer we own, then _exit.
+        unsafe {
+            libc::write(1, msg.as_ptr() as *const libc::c_void, msg.len());
+            libc::_exit(99);
+        }
+    }
+    // SAFETY: plain sigaction.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        let h: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = report;
+        sa.sa_sigaction = h as usize;
+        sa.sa_flags = libc::SA_SIGINFO;
+        libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+    }
+}
+
+/// Ends the process with status 3 after `secs` seconds: a fault served by the wrong mapping
+/// spins forever.
+fn watchdog(secs: u64) {
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(secs));
+        println!("HANG");
+        std::process::exit(3);
+    });
+}
+
+fn report_lines(stdout: &str) -> String {
+    stdout
+        .lines()
+        .filter(|l| l.contains("HANG") || l.contains("DONE") || l.contains("UNSERVED"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A SIGBUS sent by `raise` (not a fault) in a program that ignores SIGBUS is ignored, and
+/// ucache's handler stays: the next miss is served. Before, ucache took every unserved SIGBUS
+/// for a fault, reset the disposition to the default, and the next miss killed the process.
+#[test]
+fn a_sent_sigbus_does_not_uninstall_the_fault_handler() {
+    if mode().as_deref() == Some("sigign") {
+        // SAFETY: plain signal(2).
+        unsafe { libc::signal(libc::SIGBUS, libc::SIG_IGN) };
+        let store = Arc::new(MemoryStore::new());
+        store.insert("t", vec![7u8; 4 * BS]);
+        let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
+        let m = cache
+            .map(
+                store,
+                "t",
+                MapOptions::new().transparent(true).readahead(false),
+            )
+            .unwrap();
+        // SAFETY: inside the live mapping.
+        assert_eq!(unsafe { std::ptr::read_volatile(m.as_ptr()) }, 7);
+        println!("first miss served");
+        // SAFETY: raise(3); the program ignores SIGBUS.
+        unsafe { libc::raise(libc::SIGBUS) };
+        println!("sent SIGBUS ignored");
+        // SAFETY: inside the live mapping.
+        assert_eq!(
+            unsafe { std::ptr::read_volatile(m.as_ptr().add(2 * BS)) },
+            7
+        );
+        println!("DONE second miss served");
+        std::process::exit(0);
+    }
+    let out = child(
+        "a_sent_sigbus_does_not_uninstall_the_fault_handler",
+        "sigign",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("DONE"),
+        "child ended with {:?} (signal {:?}): {}",
+        out.status,
+        out.status.signal(),
+        stdout
+            .lines()
+            .filter(|l| !l.starts_with("running") && !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
+}
+
+/// A SIGBUS sent by `raise` in a program with the default disposition ends it at once, as it
+/// would without ucache. Before, ucache swallowed it and the process died later, at its next
+/// miss.
+#[test]
+fn a_sent_sigbus_with_the_default_action_ends_the_process_at_once() {
+    if mode().as_deref() == Some("sigdfl") {
+        // As a C program starts (Rust's runtime installs a SIGBUS handler of its own, for
+        // stack overflows, which ucache would chain to).
+        // SAFETY: plain signal(2).
+        unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
+        let store = Arc::new(MemoryStore::new());
+        store.insert("t", vec![7u8; 4 * BS]);
+        let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
+        let m = cache
+            .map(
+                store,
+                "t",
+                MapOptions::new().transparent(true).readahead(false),
+            )
+            .unwrap();
+        // SAFETY: inside the live mapping.
+        assert_eq!(unsafe { std::ptr::read_volatile(m.as_ptr()) }, 7);
+        println!("first miss served");
+        // SAFETY: raise(3) with the default disposition: the process ends here.
+        unsafe { libc::raise(libc::SIGBUS) };
+        println!("survived the signal");
+        std::process::exit(0);
+    }
+    let out = child(
+        "a_sent_sigbus_with_the_default_action_ends_the_process_at_once",
+        "sigdfl",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{stdout}");
+    assert!(stdout.contains("first miss served") && !stdout.contains("survived"));
+}
+
+/// With handler threads, a write through an exclusive guard of a clean buffer faults to a
+/// handler thread, which cannot tell the holder from any other writer: the pin lifts the
+/// protection itself, so the write does not wait on its own pin.
+#[test]
+fn exclusive_guards_write_with_handler_threads() {
+    let store = MemoryStore::new();
+    store.insert("t", vec![0u8; 4 * BS]);
+    let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
+    let m = cache
+        .map(
+            Arc::new(store.clone()),
+            "t",
+            MapOptions::new()
+                .transparent(true)
+                .writable(true)
+                .fault_handling(ucache::FaultHandling::HandlerThreads(1)),
+        )
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for k in 0..4u8 {
+                let mut g = m.pin_exclusive(1).unwrap();
+                g[5] = k + 1;
+                drop(g);
+                m.msync(0, m.len()).unwrap();
+            }
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("a write through the guard waited on its own pin");
+    });
+    assert_eq!(store.get("t").unwrap()[BS + 5], 4);
+}
