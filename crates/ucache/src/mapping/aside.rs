@@ -99,6 +99,29 @@ impl AsidePool {
         self.free.lock().len()
     }
 
+    /// Queues buffers just set aside. Entries of buffers restored meanwhile stay in the
+    /// queue until popped; a hot set that is set aside and restored over and over would grow
+    /// it without end, so past twice the slots it is compacted to the buffers still aside,
+    /// each once, in their latest order.
+    fn enqueue(&self, set: Vec<u64>) {
+        let mut q = self.queue.lock();
+        q.extend(set);
+        let slots = self.slots.len() / self.bs;
+        if q.len() > 2 * slots.max(1) {
+            let mut seen = std::collections::HashSet::with_capacity(slots);
+            let mut kept: Vec<u64> = q
+                .iter()
+                .rev()
+                .copied()
+                .filter(|&i| {
+                    self.slot_of[i as usize].load(Ordering::Relaxed) != NO_SLOT && seen.insert(i)
+                })
+                .collect();
+            kept.reverse();
+            *q = kept.into();
+        }
+    }
+
     fn pop(&self, n: usize) -> Vec<u64> {
         let mut q = self.queue.lock();
         let n = n.min(q.len());
@@ -190,7 +213,7 @@ impl MappingCore {
                 }
             }
             self.stats().add(Counter::SetAside, aside.len() as u64);
-            pool.queue.lock().extend(aside);
+            pool.enqueue(aside);
         }
         if dirty.is_empty() {
             0
@@ -250,5 +273,33 @@ impl MappingCore {
         });
         debug_assert!(r.is_ok());
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hot set set aside and restored over and over, with the pool never short of slots (so
+    /// nothing pops the queue): the queue stays bounded and keeps the buffers still aside.
+    #[test]
+    fn queue_stays_bounded_when_restores_outrun_evictions() {
+        let pool = AsidePool::new(4, 4096, 100).unwrap();
+        // Buffer 7 stays aside throughout.
+        assert!(pool.take_slot(7).is_some());
+        pool.enqueue(vec![7]);
+        for round in 0..10_000u64 {
+            let i = round % 50 + 10;
+            assert!(pool.take_slot(i).is_some());
+            pool.enqueue(vec![i]);
+            pool.release(i); // touched: restored
+            assert!(pool.queue.lock().len() <= 2 * 4 + 1);
+        }
+        // Oldest first; the rest are stale entries (restored since), which callers skip.
+        let popped = pool.pop(10);
+        assert_eq!(popped[0], 7);
+        assert!(popped[1..]
+            .iter()
+            .all(|&i| pool.slot_of[i as usize].load(Ordering::Relaxed) == NO_SLOT));
     }
 }
