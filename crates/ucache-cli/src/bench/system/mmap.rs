@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::os::fd::AsRawFd;
 
+use super::residency::Residency;
 use super::{Params, System};
 use crate::bench::role::Role;
 use crate::bench::worker::ThreadCtx;
@@ -15,6 +16,7 @@ pub struct Mmap {
     /// the advice belongs to a mapping, and scans keep the kernel's readahead.
     scan_base: Option<*const u8>,
     len: usize,
+    residency: Residency,
     _file: File,
 }
 
@@ -68,10 +70,23 @@ impl Mmap {
             },
             _ => None,
         };
+        let residency = match Residency::new(&file, p.data_bytes, p.memory_bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                // SAFETY: unmapping what was mapped above, which nothing uses yet.
+                unsafe { libc::munmap(base as *mut _, len) };
+                if let Some(b) = scan_base {
+                    // SAFETY: as above.
+                    unsafe { libc::munmap(b as *mut _, len) };
+                }
+                return Err(e);
+            }
+        };
         Ok(Mmap {
             base,
             scan_base,
             len,
+            residency,
             _file: file,
         })
     }
@@ -106,5 +121,9 @@ impl System for Mmap {
             ctx.done(1, t);
         }
         Ok(())
+    }
+
+    fn warm(&self) -> bool {
+        self.residency.warm()
     }
 }

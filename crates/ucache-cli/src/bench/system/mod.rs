@@ -19,6 +19,7 @@ mod pread;
 mod raw_get;
 mod raw_psync;
 mod raw_uring;
+mod residency;
 mod row;
 mod ucache;
 

@@ -4,6 +4,7 @@
 
 use std::fs::File;
 
+use super::residency::Residency;
 use super::{Params, System};
 use crate::bench::role::Role;
 use crate::bench::worker::ThreadCtx;
@@ -11,6 +12,7 @@ use crate::bench::workload::Workload;
 
 pub struct Pread {
     file: File,
+    residency: Residency,
     /// `getscan`'s scan threads read through a descriptor of their own, without
     /// `POSIX_FADV_RANDOM`: the advice belongs to an open file, and scans keep the kernel's
     /// readahead.
@@ -37,7 +39,12 @@ impl Pread {
             Workload::Getscan => Some(open()?),
             _ => None,
         };
-        Ok(Pread { file, scan_file })
+        let residency = Residency::new(&file, p.data_bytes, p.memory_bytes)?;
+        Ok(Pread {
+            file,
+            residency,
+            scan_file,
+        })
     }
 }
 
@@ -48,5 +55,9 @@ impl System for Pread {
             _ => &self.file,
         };
         super::raw_psync::read_loop(file, ctx, false)
+    }
+
+    fn warm(&self) -> bool {
+        self.residency.warm()
     }
 }
