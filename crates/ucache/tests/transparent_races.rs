@@ -266,6 +266,25 @@ fn report_lines(stdout: &str) -> String {
         .join(" ")
 }
 
+/// A transparent mapping of four buffers of 7s, without readahead, whose first buffer has
+/// been loaded by a miss: ucache's SIGBUS handler is installed and has served a fault.
+fn mapped_after_one_miss() -> (Cache, ucache::Mapping) {
+    let store = Arc::new(MemoryStore::new());
+    store.insert("t", vec![7u8; 4 * BS]);
+    let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
+    let m = cache
+        .map(
+            store,
+            "t",
+            MapOptions::new().transparent(true).readahead(false),
+        )
+        .unwrap();
+    // SAFETY: inside the live mapping.
+    assert_eq!(unsafe { std::ptr::read_volatile(m.as_ptr()) }, 7);
+    println!("first miss served");
+    (cache, m)
+}
+
 /// A SIGBUS sent by `raise` (not a fault) in a program that ignores SIGBUS is ignored, and
 /// ucache's handler stays: the next miss is served. Before, ucache took every unserved SIGBUS
 /// for a fault, reset the disposition to the default, and the next miss killed the process.
@@ -274,19 +293,7 @@ fn a_sent_sigbus_does_not_uninstall_the_fault_handler() {
     if mode().as_deref() == Some("sigign") {
         // SAFETY: plain signal(2).
         unsafe { libc::signal(libc::SIGBUS, libc::SIG_IGN) };
-        let store = Arc::new(MemoryStore::new());
-        store.insert("t", vec![7u8; 4 * BS]);
-        let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
-        let m = cache
-            .map(
-                store,
-                "t",
-                MapOptions::new().transparent(true).readahead(false),
-            )
-            .unwrap();
-        // SAFETY: inside the live mapping.
-        assert_eq!(unsafe { std::ptr::read_volatile(m.as_ptr()) }, 7);
-        println!("first miss served");
+        let (_cache, m) = mapped_after_one_miss();
         // SAFETY: raise(3); the program ignores SIGBUS.
         unsafe { libc::raise(libc::SIGBUS) };
         println!("sent SIGBUS ignored");
@@ -326,19 +333,7 @@ fn a_sent_sigbus_with_the_default_action_ends_the_process_at_once() {
         // stack overflows, which ucache would chain to).
         // SAFETY: plain signal(2).
         unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
-        let store = Arc::new(MemoryStore::new());
-        store.insert("t", vec![7u8; 4 * BS]);
-        let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
-        let m = cache
-            .map(
-                store,
-                "t",
-                MapOptions::new().transparent(true).readahead(false),
-            )
-            .unwrap();
-        // SAFETY: inside the live mapping.
-        assert_eq!(unsafe { std::ptr::read_volatile(m.as_ptr()) }, 7);
-        println!("first miss served");
+        let (_cache, _m) = mapped_after_one_miss();
         // SAFETY: raise(3) with the default disposition: the process ends here.
         unsafe { libc::raise(libc::SIGBUS) };
         println!("survived the signal");

@@ -2,9 +2,8 @@
 //! wants to beat while keeping its surface. Runs inside the memory cgroup.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 
-use super::residency::Residency;
+use super::residency::{map_read_only, Residency};
 use super::{Params, System};
 use crate::bench::role::Role;
 use crate::bench::worker::ThreadCtx;
@@ -28,20 +27,7 @@ unsafe impl Send for Mmap {}
 
 /// Maps `len` bytes of `file` read-only and shared, with `MADV_RANDOM` if `random`.
 fn map(file: &File, len: usize, random: bool) -> Result<*const u8, String> {
-    // SAFETY: mapping a file we opened read-only; checked for MAP_FAILED below.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(format!("mmap: {}", std::io::Error::last_os_error()));
-    }
+    let base = map_read_only(file, len)?;
     // Random lookups would otherwise fault in readahead windows of neighbours they never
     // use, spending the cgroup's budget on them; scans keep the kernel's readahead.
     // SAFETY: advice on the range we just mapped.

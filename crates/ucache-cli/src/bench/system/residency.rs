@@ -19,27 +19,30 @@ unsafe impl Send for Residency {}
 // SAFETY: as above.
 unsafe impl Sync for Residency {}
 
+/// Maps the first `len` bytes of `file` read-only and shared; the caller unmaps them.
+pub fn map_read_only(file: &File, len: usize) -> Result<*mut libc::c_void, String> {
+    // SAFETY: mapping a file we opened, read-only; checked for MAP_FAILED below.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(format!("mmap: {}", std::io::Error::last_os_error()));
+    }
+    Ok(base)
+}
+
 impl Residency {
     /// Warm at 95% of the smaller of the memory budget and the data, as the cgroup test.
     pub fn new(file: &File, data_bytes: u64, memory_bytes: u64) -> Result<Self, String> {
         let len = data_bytes as usize;
-        // SAFETY: mapping a file we opened, read-only; checked for MAP_FAILED below.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(format!(
-                "mmap for mincore: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
+        let base = map_read_only(file, len)?;
         Ok(Residency {
             base,
             len,
