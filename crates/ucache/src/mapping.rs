@@ -38,7 +38,7 @@ use crate::sigbus::Registration;
 use crate::staging::with_staging;
 use crate::state::BufferState;
 use crate::stopwatch::Stopwatch;
-use crate::store::{Object, OpenOptions, Store};
+use crate::store::{Contained, Object, OpenOptions, Store};
 
 mod aside;
 mod batch;
@@ -125,13 +125,23 @@ impl MappingCore {
                 why: "a mapping cannot be empty",
             });
         }
-        let obj = store.open(
-            object,
-            OpenOptions {
-                write: o.writable,
-                create: o.create,
-            },
-        )?;
+        let options = OpenOptions {
+            write: o.writable,
+            create: o.create,
+        };
+        let opened =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| store.open(object, options)));
+        let obj: Arc<dyn Object> = match opened {
+            Ok(r) => Arc::new(Contained(r?)),
+            Err(_) => {
+                return Err(Error::io(
+                    "open",
+                    object,
+                    0,
+                    io::Error::other("store panicked"),
+                ))
+            }
+        };
         let obj_len = obj.len().map_err(|e| Error::io("stat", object, 0, e))?;
         let len = match o.len {
             Some(l) => l,

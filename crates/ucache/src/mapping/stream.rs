@@ -169,16 +169,19 @@ impl MappingCore {
     ///
     /// [`Object::read_stream`]: crate::store::Object::read_stream
     pub(crate) fn load_stream(&self, depth: usize, next: &mut dyn FnMut() -> Option<u64>) {
-        if !self.region.is_transparent() {
-            return self.stream_into(depth.max(1), None, next);
-        }
-        // Staging for every read in flight, within the same cap as a batched load.
-        let depth = depth.min(STAGING_BYTES / self.bs).max(1);
-        let staged = with_staging(depth * self.bs, |p| self.stream_into(depth, Some(p), next));
-        if staged.is_err() {
-            // No staging memory: nothing was claimed from `next` yet, so the buffers are
-            // loaded one by one (still installed from staging) instead.
-            while let Some(i) = next() {
+        let left = if !self.region.is_transparent() {
+            self.stream_into(depth.max(1), None, next)
+        } else {
+            // Staging for every read in flight, within the same cap as a batched load.
+            let depth = depth.min(STAGING_BYTES / self.bs).max(1);
+            // Without staging memory nothing was taken from `next` yet: all of it is left.
+            with_staging(depth * self.bs, |p| self.stream_into(depth, Some(p), next))
+                .unwrap_or(Some(None))
+        };
+        // Claims the stream did not take (no staging memory, or a store that ended its stream
+        // early or panicked) are loaded one by one rather than left `Loading` for good.
+        if let Some(peeked) = left {
+            for i in peeked.into_iter().chain(std::iter::from_fn(next)) {
                 let _ = self.load_claimed(&[i], true);
             }
         }
@@ -187,24 +190,32 @@ impl MappingCore {
     /// [`MappingCore::load_stream`] reading into the region, or into staging slots at `stage`
     /// (`depth` buffers in all). Consecutive indices travel as one run: one read, and on a
     /// transparent mapping one `UFFDIO_COPY`, for up to [`RUN_BYTES`] of buffers, as a
-    /// readahead window asks.
+    /// readahead window asks. Returns `None` once `next` is drained, or, if the store ended
+    /// the stream before that, `Some` with a claim it had taken from `next` and not read.
     fn stream_into(
         &self,
         depth: usize,
         stage: Option<*mut u8>,
         next: &mut dyn FnMut() -> Option<u64>,
-    ) {
+    ) -> Option<Option<u64>> {
         let run_max = (RUN_BYTES / self.bs).clamp(1, depth);
         let slot_bytes = run_max * self.bs;
         let free = RefCell::new((0..depth / run_max).rev().collect::<Vec<usize>>());
         let mut peeked: Option<u64> = None;
+        // Whether `next`'s last answer was `None`: a stream that ends otherwise left claims.
+        let mut drained = false;
+        let mut next = || {
+            let r = next();
+            drained = r.is_none();
+            r
+        };
         let mut pull = || -> Option<IoBuf> {
             // The store asks only with room, so a slot is free; if not, pause the stream.
             let slot = match stage {
                 Some(_) => Some(*free.borrow().last()?),
                 None => None,
             };
-            let first = peeked.take().or_else(&mut *next)?;
+            let first = peeked.take().or_else(&mut next)?;
             let mut n = 1;
             while n < run_max {
                 match next() {
@@ -236,6 +247,7 @@ impl MappingCore {
             }
         };
         self.object.read_stream(depth, &mut pull, &mut done);
+        (peeked.is_some() || !drained).then_some(peeked)
     }
 
     /// Ends the loads of the run of buffers `req` covers, whose read returned `got`. A whole,

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 
+mod contained;
 mod fault;
 mod file;
 mod memory;
@@ -31,6 +32,7 @@ mod memory;
 mod testutil;
 mod uring;
 
+pub(crate) use contained::Contained;
 pub use fault::{FaultConfig, FaultObject, FaultStore};
 pub use file::{FileObject, FileStore};
 pub use memory::MemoryStore;
@@ -122,6 +124,9 @@ impl IoBuf {
 ///
 /// Reads and writes use whole buffers at offsets that are multiples of the mapping's buffer
 /// size, and memory aligned to at least 4 KiB, so `O_DIRECT` stores need no bounce buffers.
+///
+/// A method that panics is reported to the cache's caller as an IO error ("store panicked"),
+/// like any failed request; it must not leave IO running on memory it was lent.
 // `len` asks the store (it can fail); an `is_empty` would only restate it.
 #[allow(clippy::len_without_is_empty)]
 pub trait Object: Send + Sync + 'static {

@@ -1,0 +1,187 @@
+//! An application store that panics: the panic becomes a typed IO error at the store boundary,
+//! the buffers it held go back to evicted (reads) or stay dirty (writes), and nothing waits on
+//! them for good.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ucache::store::{MemoryStore, Object, OpenOptions, Store};
+use ucache::{Cache, CacheOptions, Error, FaultAction, MapOptions};
+
+const BS: usize = 4096;
+
+/// Panics on every read or write while its switch is on.
+struct Panicky {
+    inner: Arc<dyn Object>,
+    on: Arc<AtomicBool>,
+}
+
+struct PanickyStore(MemoryStore, Arc<AtomicBool>);
+
+impl Store for PanickyStore {
+    fn open(&self, object: &str, o: OpenOptions) -> ucache::Result<Arc<dyn Object>> {
+        if object == "explodes" {
+            panic!("open exploded");
+        }
+        Ok(Arc::new(Panicky {
+            inner: self.0.open(object, o)?,
+            on: self.1.clone(),
+        }))
+    }
+}
+
+impl Object for Panicky {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if self.on.load(Ordering::Relaxed) {
+            panic!("read of {offset} exploded");
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if self.on.load(Ordering::Relaxed) {
+            panic!("write of {offset} exploded");
+        }
+        self.inner.write_at(buf, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.inner.sync()
+    }
+}
+
+fn setup(buffers: usize) -> (MemoryStore, Arc<PanickyStore>, Arc<AtomicBool>) {
+    let mem = MemoryStore::new();
+    let data: Vec<u8> = (0..buffers * BS).map(|k| (k / BS) as u8).collect();
+    mem.insert("o", data);
+    let on = Arc::new(AtomicBool::new(false));
+    (mem.clone(), Arc::new(PanickyStore(mem, on.clone())), on)
+}
+
+fn cache() -> Cache {
+    Cache::new(CacheOptions::new(64 * BS as u64).batch_bytes(4 * BS as u64)).unwrap()
+}
+
+/// Runs `f` on a thread and fails the test if it does not finish in time: a buffer left
+/// claimed by a panic would hang the next access, not fail it.
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(secs))
+        .expect("hung: a buffer was left claimed")
+}
+
+fn quiet_panics() {
+    std::panic::set_hook(Box::new(|_| {}));
+}
+
+fn assert_panic_error(e: &Error) {
+    assert!(matches!(e, Error::Io { .. }), "{e}");
+    assert!(e.to_string().contains("exploded"), "{e}");
+}
+
+#[test]
+fn a_panicking_open_is_an_error() {
+    quiet_panics();
+    let (_, s, _) = setup(4);
+    let e = cache().map(s, "explodes", MapOptions::new()).unwrap_err();
+    assert!(matches!(e, Error::Io { op: "open", .. }), "{e}");
+}
+
+#[test]
+fn panicking_reads_fail_the_access_and_leave_the_buffer_loadable() {
+    quiet_panics();
+    within(60, || {
+        let (_, s, on) = setup(32);
+        let c = cache();
+        let m = c.map(s, "o", MapOptions::new()).unwrap();
+        on.store(true, Ordering::Relaxed);
+        assert_panic_error(&m.pin_shared(3).unwrap_err());
+        assert_panic_error(&m.ensure_cached(0, 8 * BS as u64).unwrap_err());
+        assert_panic_error(&m.pin_each(0..8, 4, |_, _| {}).unwrap_err());
+        // Prefetches run on an IO thread, which must survive the panic.
+        m.prefetch(8 * BS as u64, 8 * BS as u64).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_panic_error(&m.pin_shared(9).unwrap_err());
+        assert_eq!(c.used(), 0, "failed loads give their budget back");
+        on.store(false, Ordering::Relaxed);
+        for i in 0..16 {
+            assert!(m.pin_shared(i).unwrap().iter().all(|&b| b == i as u8));
+        }
+        m.prefetch(16 * BS as u64, 16 * BS as u64).unwrap();
+        for i in 16..32 {
+            assert!(m.pin_shared(i).unwrap().iter().all(|&b| b == i as u8));
+        }
+    });
+}
+
+#[test]
+fn panicking_writes_keep_the_data_dirty() {
+    quiet_panics();
+    within(60, || {
+        let (mem, s, on) = setup(16);
+        let c = cache();
+        let m = c.map(s, "o", MapOptions::new().writable(true)).unwrap();
+        for i in 0..4 {
+            m.pin_exclusive(i).unwrap().fill(0xA0 + i as u8);
+        }
+        on.store(true, Ordering::Relaxed);
+        let e = m.msync(0, m.len()).unwrap_err();
+        assert!(matches!(e, Error::WritebackFailed { .. }), "{e}");
+        m.writeback(0, m.len()).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        for i in 0..4 {
+            assert!(m.state(i).unwrap().dirty(), "buffer {i} kept dirty");
+        }
+        on.store(false, Ordering::Relaxed);
+        m.msync(0, m.len()).unwrap();
+        let got = mem.get("o").unwrap();
+        for i in 0..4 {
+            assert!(got[i * BS..(i + 1) * BS]
+                .iter()
+                .all(|&b| b == 0xA0 + i as u8));
+        }
+    });
+}
+
+#[test]
+fn a_panicking_read_under_a_transparent_access_goes_to_the_fault_hook() {
+    quiet_panics();
+    within(60, || {
+        let (_, s, on) = setup(16);
+        let c = cache();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let hook = {
+            let (calls, on) = (calls.clone(), on.clone());
+            Arc::new(move |_addr: usize, e: &Error| {
+                assert!(e.to_string().contains("exploded"), "{e}");
+                calls.fetch_add(1, Ordering::Relaxed);
+                on.store(false, Ordering::Relaxed);
+                FaultAction::Retry
+            })
+        };
+        let m = c
+            .map(
+                s,
+                "o",
+                MapOptions::new().transparent(true).on_fault_error(hook),
+            )
+            .unwrap();
+        on.store(true, Ordering::Relaxed);
+        // SAFETY: inside the mapping, which outlives the read.
+        let b = unsafe { std::ptr::read_volatile(m.as_ptr().add(5 * BS + 7)) };
+        assert_eq!(b, 5);
+        assert_eq!(calls.load(Ordering::Relaxed), 1);
+    });
+}
