@@ -1,6 +1,6 @@
-//! An application store that panics: the panic becomes a typed IO error at the store boundary,
-//! the buffers it held go back to evicted (reads) or stay dirty (writes), and nothing waits on
-//! them for good.
+//! Application stores that break their contract: one that panics (the panic becomes a typed IO
+//! error at the store boundary, the buffers it held go back to evicted or stay dirty), and one
+//! that ends a read stream early. Nothing waits on their buffers for good.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -184,4 +184,66 @@ fn a_panicking_read_under_a_transparent_access_goes_to_the_fault_hook() {
         assert_eq!(b, 5);
         assert_eq!(calls.load(Ordering::Relaxed), 1);
     });
+}
+
+/// Answers one request of each stream, then returns without asking for the rest.
+struct Impatient(Arc<dyn Object>);
+
+struct ImpatientStore(MemoryStore);
+
+impl Store for ImpatientStore {
+    fn open(&self, object: &str, o: OpenOptions) -> ucache::Result<Arc<dyn Object>> {
+        Ok(Arc::new(Impatient(self.0.open(object, o)?)))
+    }
+}
+
+impl Object for Impatient {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.0.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_at(buf, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        self.0.sync()
+    }
+    fn read_stream(
+        &self,
+        _depth: usize,
+        next: &mut dyn FnMut() -> Option<ucache::store::IoBuf>,
+        done: &mut dyn FnMut(ucache::store::IoBuf, io::Result<usize>),
+    ) {
+        if let Some(mut b) = next() {
+            let off = b.offset();
+            let got = self.0.read_at(b.as_mut_slice(), off);
+            done(b, got);
+        }
+    }
+}
+
+#[test]
+fn a_stream_ended_early_leaves_no_claim_behind() {
+    for transparent in [false, true] {
+        within(60, move || {
+            let (mem, _, _) = setup(64);
+            let c = cache();
+            let o = MapOptions::new().transparent(transparent).readahead(false);
+            let m = c.map(Arc::new(ImpatientStore(mem)), "o", o).unwrap();
+            // Scattered runs, so the stream has many requests to leave behind.
+            let want: Vec<u64> = (0..32).map(|k| k * 2).collect();
+            m.prefetch_buffers(&want).unwrap();
+            for &i in &want {
+                assert!(m.pin_shared(i).unwrap().iter().all(|&b| b == i as u8));
+            }
+        });
+    }
 }
