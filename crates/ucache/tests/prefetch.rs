@@ -162,3 +162,75 @@ fn ensure_cached_of_more_than_the_budget_is_refused_at_once() {
     m.ensure_cached_buffers(&[1, 1, 2, 2, 3]).unwrap();
     assert_eq!(cache.used(), 3 * 4096);
 }
+
+/// `pin_each` meets cached hits inside the store's `next` callback, while reads it has claimed
+/// (buffers `Loading`, not even submitted yet) sit in its stream. A hit held exclusively by a
+/// thread that then pins one of those claimed buffers must be visited last, not waited for, or
+/// each would wait for the other (found by review: it used to wait).
+#[test]
+fn pin_each_never_waits_on_a_held_hit_while_its_claims_are_unread() {
+    let mem = MemoryStore::new();
+    mem.insert("o", (0..4 * BS).map(|k| (k / BS) as u8).collect());
+    let cache = Cache::new(CacheOptions::new((64 * BS) as u64).batch(4)).unwrap();
+    let m = Arc::new(
+        cache
+            .map(
+                Arc::new(mem),
+                "o",
+                MapOptions::new().buffer_size(BS).writable(true),
+            )
+            .unwrap(),
+    );
+    drop(m.pin_shared(1).unwrap());
+    assert_eq!(m.state(0).unwrap().phase(), Phase::Evicted);
+
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let mb = m.clone();
+    let b = std::thread::spawn(move || {
+        // Holds 1 exclusively, then needs 0 (an update of 1 that reads 0).
+        let g = mb.pin_exclusive(1).unwrap();
+        held_tx.send(()).unwrap();
+        let t = Instant::now();
+        while mb.state(0).unwrap().phase() == Phase::Evicted {
+            if t.elapsed() > Duration::from_secs(5) {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        let r = mb.pin_shared(0).map(|g0| g0[0]);
+        drop(g);
+        r.is_ok()
+    });
+    held_rx.recv().unwrap();
+    let ma = m.clone();
+    let visited = within(20, move || {
+        let mut seen = Vec::new();
+        ma.pin_each([0u64, 1], 8, |i, bytes| seen.push((i, bytes[0])))
+            .map(|()| seen)
+    });
+    match visited {
+        Some(r) => {
+            let mut seen = r.unwrap();
+            seen.sort();
+            assert_eq!(seen, vec![(0, 0), (1, 1)]);
+            assert!(b.join().unwrap());
+        }
+        None => {
+            std::mem::forget(m);
+            std::mem::forget(cache);
+            panic!(
+                "pin_each([0, 1]) and a thread holding 1 exclusively that pins 0 deadlock: \
+                 pin_each claimed 0 and then waited for 1 before reading 0"
+            );
+        }
+    }
+}
+
+/// Runs `f` on its own thread; `None` if it does not finish within `secs`.
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(Duration::from_secs(secs)).ok()
+}

@@ -89,9 +89,10 @@ impl Mapping {
     /// pages to probe). On an io_uring store each completed read is replaced by the next at
     /// once, so the device's queue stays full where [`Mapping::ensure_cached_buffers`] waits
     /// for its slowest read (`depth` 0 is refused with [`Error::BadArgument`]). Buffers another
-    /// thread is loading come last. While reads are in
-    /// flight the stream never waits for memory: a `depth` larger than the budget allows
-    /// pauses until a visited buffer can be evicted. Stops at the first error and returns it.
+    /// thread is loading or holds exclusively come last: while its own reads are in flight the
+    /// stream waits for nobody, since the holder may be waiting for one of them. Nor does it
+    /// wait for memory then: a `depth` larger than the budget allows pauses until a visited
+    /// buffer can be evicted. Stops at the first error and returns it.
     /// `f` runs while reads are in flight: it may pin, but should not block for long. A pin
     /// from `f` of a buffer whose read is still in flight in this very call would wait on the
     /// calling thread itself, so it fails with [`Error::WouldDeadlock`]; `pin_each` hands that

@@ -31,6 +31,30 @@ impl MappingCore {
         })
     }
 
+    /// Pins buffer `i` shared if it is cached and free of an exclusive pin now; never waits
+    /// and never loads. For callers that hold claims of their own and so must not wait.
+    pub(super) fn try_pin_shared(self: &Arc<Self>, i: u64) -> Option<SharedGuard<'_>> {
+        let s = self.state(i);
+        let mut w = s.load();
+        loop {
+            match s.cas(w, w.pin_shared()?) {
+                Ok(()) => break,
+                Err(cur) => w = cur,
+            }
+        }
+        self.stats().add(Counter::Hits, 1);
+        self.on_hit(i, w);
+        // SAFETY: we hold a shared pin: the buffer is Cached and nobody writes it until unpin.
+        Some(unsafe {
+            SharedGuard::new(
+                self,
+                i,
+                self.region.at((i << self.shift) as usize),
+                self.valid(i),
+            )
+        })
+    }
+
     pub(crate) fn pin_exclusive(self: &Arc<Self>, i: u64) -> Result<ExclusiveGuard<'_>> {
         let s = self.slot(i)?;
         if !self.writable {

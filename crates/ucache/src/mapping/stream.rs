@@ -28,7 +28,7 @@ const RUN_BYTES: usize = 128 << 10;
 enum Step {
     /// Cached: visited at once.
     Visited,
-    /// Another thread is loading (or evicting) it: visit it after the stream.
+    /// Another thread is loading, evicting or holding it: visit it after the stream.
     Later,
     /// Claimed with its budget: its read goes into the stream.
     Claimed,
@@ -85,7 +85,11 @@ impl MappingCore {
                 let step = self.slot(i).and_then(|s| {
                     let w = s.load();
                     if w.phase() == Phase::Cached {
-                        let g = self.pin_shared(i)?;
+                        // Never wait here: this stream's claims may not be submitted yet, and
+                        // whoever holds the buffer may be waiting for one of them.
+                        let Some(g) = self.try_pin_shared(i) else {
+                            return Ok(Step::Later);
+                        };
                         visit(i, &g[..]);
                         return Ok(Step::Visited);
                     }

@@ -188,19 +188,21 @@ impl UringObject {
             op,
             iopoll: self.options.iopoll,
         };
-        if let Err(e) = with_ring(self.options.ring_key(), |ring| {
+        if with_ring(self.options.ring_key(), |ring| {
             ((), ctx.run(ring, depth, next, done))
-        }) {
-            // No ring: nothing was taken from `next`, so fail the requests as they come.
-            while let Some((k, req)) = next() {
-                done(
-                    k,
-                    req,
-                    Err(io::Error::new(
-                        e.kind(),
-                        format!("io_uring unavailable on this thread: {e}"),
-                    )),
-                );
+        })
+        .is_err()
+        {
+            // No ring (none could be built, or the thread is exiting and its rings are gone,
+            // as when a mapping in a thread-local is dropped): nothing was taken from `next`,
+            // so the requests go to the file one by one, as single reads and writes do.
+            while let Some((k, mut req)) = next() {
+                let off = req.offset();
+                let got = match op {
+                    Op::Read => self.file.read_at(req.as_mut_slice(), off),
+                    Op::Write => self.file.write_at(req.as_slice(), off).map(|()| req.len()),
+                };
+                done(k, req, got);
             }
         }
     }
