@@ -70,7 +70,13 @@ pub struct ChunkedObject {
     rt: Arc<Runtime>,
     chunk_size: u64,
     len: Mutex<u64>,
+    /// A length not yet in the manifest. Writers that extend the object set it under `len`;
+    /// an upload clears it before it reads the length, so a later extension stays pending.
     manifest_dirty: AtomicBool,
+    /// Held across reading the length and uploading the manifest, so uploads land in the
+    /// order their lengths were read, and a `sync` that finds nothing pending has waited for
+    /// the upload that took it.
+    manifest: Mutex<()>,
     writable: bool,
     in_flight: usize,
     coalesce_limit: usize,
@@ -134,14 +140,14 @@ impl ChunkedObject {
             chunk_size,
             len: Mutex::new(len),
             manifest_dirty: AtomicBool::new(fresh),
+            manifest: Mutex::new(()),
             writable: options.write || options.create,
             in_flight: cfg.in_flight(),
             coalesce_limit: cfg.coalesce_bytes(),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
         };
         if fresh {
-            o.put_manifest()
-                .map_err(|e| Error::io("create", &o.name, 0, e))?;
+            o.sync().map_err(|e| Error::io("create", &o.name, 0, e))?;
         }
         Ok(o)
     }
@@ -160,7 +166,8 @@ impl ChunkedObject {
         Path::from(self.chunk_key(index))
     }
 
-    fn put_manifest(&self) -> io::Result<()> {
+    /// Uploads the current length; the caller holds `manifest`.
+    fn put_manifest(&self, _order: &parking_lot::MutexGuard<'_, ()>) -> io::Result<()> {
         let len = *self.len.lock();
         let text = format!(
             "ucache-chunked 1\nlength {len}\nchunk_size {}\n",
@@ -256,9 +263,10 @@ impl ChunkedObject {
                             match client.get(&path).await {
                                 Ok(r) => {
                                     let b = r.bytes().await.map_err(|e| to_io(&name, &key, e))?;
-                                    let mut v = b.to_vec();
-                                    v.resize(cs, 0);
-                                    v
+                                    if b.len() != cs {
+                                        return Err(not_a_chunk(&name, &key, b.len(), cs));
+                                    }
+                                    b.to_vec()
                                 }
                                 Err(object_store::Error::NotFound { .. }) => vec![0u8; cs],
                                 Err(e) => return Err(to_io(&name, &key, e)),
@@ -307,6 +315,14 @@ impl ChunkedObject {
     }
 }
 
+/// A chunk object whose answer has not the bytes the library always writes.
+fn not_a_chunk(name: &str, key: &str, got: usize, want: usize) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{name}: chunk {key} answered {got} bytes where {want} were expected"),
+    )
+}
+
 /// Whether the pieces of one chunk together cover all of it.
 fn covers_chunk(ps: &[Piece], cs: usize) -> bool {
     let mut iv: Vec<(usize, usize)> = ps
@@ -352,6 +368,7 @@ impl Object for ChunkedObject {
 
     fn set_len(&self, new: u64) -> io::Result<()> {
         self.check_writable()?;
+        let order = self.manifest.lock();
         let old = *self.len.lock();
         if new < old {
             // Zero the dropped tail of the last kept chunk so that growing again reads zeros,
@@ -371,8 +388,18 @@ impl Object for ChunkedObject {
             }
         }
         *self.len.lock() = new;
-        self.put_manifest()?;
         self.manifest_dirty.store(false, Ordering::Release);
+        if let Err(e) = self.put_manifest(&order) {
+            // Not durable, so not done: the old length comes back unless a write has moved
+            // it on since, which stays pending for the next sync.
+            let mut len = self.len.lock();
+            if *len == new {
+                *len = old;
+            } else {
+                self.manifest_dirty.store(true, Ordering::Release);
+            }
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -390,8 +417,9 @@ impl Object for ChunkedObject {
 
     fn sync(&self) -> io::Result<()> {
         // Chunk PUTs are acknowledged before write_at returns; only the length can be pending.
+        let order = self.manifest.lock();
         if self.manifest_dirty.swap(false, Ordering::AcqRel) {
-            if let Err(e) = self.put_manifest() {
+            if let Err(e) = self.put_manifest(&order) {
                 self.manifest_dirty.store(true, Ordering::Release);
                 return Err(e);
             }
@@ -442,7 +470,16 @@ impl Object for ChunkedObject {
                             ..Default::default()
                         };
                         match client.get_opts(&path, opts).await {
-                            Ok(r) => r.bytes().await.map(Some).map_err(|e| to_io(&name, &key, e)),
+                            Ok(r) => {
+                                let b = r.bytes().await.map_err(|e| to_io(&name, &key, e))?;
+                                // Chunks are always written whole, so a short one is damaged
+                                // or foreign: its missing bytes must not read as zeros.
+                                let want = (end - start) as usize;
+                                if b.len() != want {
+                                    return Err(not_a_chunk(&name, &key, b.len(), want));
+                                }
+                                Ok(Some(b))
+                            }
                             // Never written: zeros.
                             Err(object_store::Error::NotFound { .. }) => Ok(None),
                             Err(e) => Err(to_io(&name, &key, e)),
@@ -466,11 +503,7 @@ impl Object for ChunkedObject {
                         let dst = &mut reqs[p.req].as_mut_slice()[p.at..p.at + p.len];
                         let from = (p.start - start) as usize;
                         match &bytes {
-                            Some(b) => {
-                                let avail = b.len().saturating_sub(from).min(p.len);
-                                dst[..avail].copy_from_slice(&b[from..from + avail]);
-                                dst[avail..].fill(0);
-                            }
+                            Some(b) => dst.copy_from_slice(&b[from..from + p.len]),
                             None => dst.fill(0),
                         }
                     }

@@ -10,7 +10,8 @@ use std::future::Future;
 use ucache::{Error, Result};
 
 pub(crate) struct Runtime {
-    rt: tokio::runtime::Runtime,
+    /// Always `Some` until dropped.
+    rt: Option<tokio::runtime::Runtime>,
 }
 
 impl Runtime {
@@ -24,19 +25,45 @@ impl Runtime {
                 call: "tokio runtime",
                 source,
             })?;
-        Ok(Runtime { rt })
+        Ok(Runtime { rt: Some(rt) })
+    }
+
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        self.rt.as_ref().expect("runtime used after drop")
     }
 
     /// Runs `f` to completion on the runtime, blocking the calling thread.
     ///
-    /// Must not be called from inside an async task (tokio refuses to block a worker); the
-    /// cache never does, and a program that maps objects from async code calls the mapping
-    /// through `spawn_blocking`.
-    pub(crate) fn block_on<F: Future>(&self, f: F) -> F::Output {
-        self.rt.block_on(f)
+    /// A thread inside some tokio runtime (async code that calls a mapping, or the object,
+    /// directly) may not block in another runtime's `block_on`: tokio panics. That call is
+    /// made from a helper thread instead, and the caller blocks as on any other IO; async
+    /// programs should still call blocking IO through `spawn_blocking`.
+    pub(crate) fn block_on<F>(&self, f: F) -> F::Output
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return self.rt().block_on(f);
+        }
+        std::thread::scope(|s| {
+            s.spawn(|| self.rt().block_on(f))
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
     }
 
     pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
-        self.rt.handle()
+        self.rt().handle()
+    }
+}
+
+impl Drop for Runtime {
+    /// Without waiting for the workers: tokio refuses a blocking shutdown from inside a
+    /// runtime, where the last store may well be dropped.
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
     }
 }

@@ -187,13 +187,15 @@ impl GuardedGlobal {
         self.broken.load(Ordering::Relaxed)
     }
 
+    /// A policy may ask to evict early, never late: the budget is a bound (policies size their
+    /// bookkeeping from it, and the stress tests hold the cache to it).
     #[inline]
     pub fn need_to_evict(&self, used: u64, want: u64, budget: u64) -> bool {
         if !self.is_broken() {
             match catch_unwind(AssertUnwindSafe(|| {
                 self.policy.need_to_evict(used, want, budget)
             })) {
-                Ok(r) => return r,
+                Ok(r) => return r || used + want > budget,
                 Err(_) => self.broken.store(true, Ordering::Relaxed),
             }
         }

@@ -92,6 +92,11 @@ impl Policy for Lfu {
     }
 
     fn attach(&mut self, layout: Layout) {
+        assert!(
+            layout.buffers < ABSENT as u64,
+            "LFU keeps buffer indices in 32 bits: {} buffers are too many",
+            layout.buffers
+        );
         self.count = (0..layout.buffers).map(|_| AtomicU32::new(0)).collect();
         let r = self.residents.get_mut();
         r.members = Vec::with_capacity(layout.capacity.min(layout.buffers) as usize);
@@ -108,17 +113,17 @@ impl Policy for Lfu {
             let mut consider = |r: &Residents, p: usize| {
                 let i = r.members[p] as u64;
                 if !buffers.is_candidate(i) {
-                    return;
+                    return false;
                 }
                 let c = self.count[i as usize].load(Relaxed);
                 match best {
                     Some((b, _)) if b <= c => {}
                     _ => best = Some((c, p)),
                 }
+                true
             };
-            if live <= self.samples {
-                (0..live).for_each(|p| consider(&r, p));
-            } else {
+            let mut any = false;
+            if live > self.samples {
                 // Draw the sample first and prefetch it: each sampled buffer's state word and
                 // count are random accesses, which then overlap instead of queueing.
                 let mut picks = [0usize; MAX_SAMPLES];
@@ -127,8 +132,15 @@ impl Policy for Lfu {
                     buffers.prefetch(r.members[*p] as u64);
                 }
                 for &p in &picks[..self.samples] {
-                    consider(&r, p);
+                    any |= consider(&r, p);
                 }
+            }
+            if !any {
+                // A small set, or a sample all pinned or busy (as when most residents are):
+                // look at them all rather than propose nothing.
+                (0..live).for_each(|p| {
+                    consider(&r, p);
+                });
             }
             let Some((_, p)) = best else { break };
             out.push(r.members[p] as u64);

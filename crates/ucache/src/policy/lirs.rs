@@ -42,6 +42,8 @@ struct State {
     ghosts: IndexList,
     lir: u64,
     lir_max: u64,
+    /// `lir_max` for the whole capacity, the most it can be.
+    lir_cap: u64,
     ghost_max: u64,
 }
 
@@ -72,6 +74,17 @@ impl State {
             self.q.push_front(b);
             self.prune();
         }
+    }
+
+    /// Sizes the LIR set to what this mapping holds now, which the cache asking for victims
+    /// says is all it gets: other mappings share the budget, and the background evictor keeps
+    /// some of it free. Sized for the whole capacity instead, the LIR set would never fill, Q
+    /// would stay empty, and every victim would come from S's bottom: plain LRU.
+    fn fit_to_resident(&mut self) {
+        let resident = self.lir + self.q.len();
+        let hir = (resident / 100).max(1);
+        self.lir_max = resident.saturating_sub(hir).clamp(1, self.lir_cap.max(1));
+        self.demote_excess();
     }
 
     fn make_lir(&mut self, x: u64) {
@@ -113,12 +126,14 @@ impl Policy for Lirs {
             ghosts: IndexList::new(n),
             lir: 0,
             lir_max: c - hir,
+            lir_cap: c - hir,
             ghost_max: 2 * c,
         }));
     }
 
     fn choose_eviction_buffers(&self, buffers: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
-        let st = self.st();
+        let mut st = self.st();
+        st.fit_to_resident();
         let start = out.len();
         // The front of Q; only if Q runs dry (explicit evictions, pins), LIR from S's bottom.
         let mut q = st.q.back();

@@ -229,7 +229,9 @@ pub trait Policy: Send + Sync + 'static {
 
 /// Cache-wide policy hooks: when to evict and from which mappings.
 pub trait GlobalPolicy: Send + Sync + 'static {
-    /// Whether `want` more bytes fit; `used` and `budget` in bytes.
+    /// Whether to evict before `want` more bytes are taken; `used` and `budget` in bytes. A
+    /// policy can ask for eviction below the budget (keeping headroom), not past it: the cache
+    /// evicts whenever `used + want > budget` whatever this answers.
     fn need_to_evict(&self, used: u64, want: u64, budget: u64) -> bool {
         used + want > budget
     }

@@ -51,7 +51,11 @@ impl ResidentSet {
     }
 
     /// Adds `key`, which must be below the `keys` the set was made for and not present.
-    pub fn insert(&self, key: u64) {
+    /// Returns false, leaving the key out, if a whole lap found no free slot: more keys are
+    /// present than the set was made for (a caller's bug, or a budget that grew), and the
+    /// loader must not spin while it holds its buffer. A key left out is never proposed; the
+    /// cache's fallback sweep still finds it.
+    pub fn insert(&self, key: u64) -> bool {
         assert!(
             key < self.at.len() as u64,
             "key {key} of a resident set made for {} keys",
@@ -68,7 +72,7 @@ impl ResidentSet {
         } else {
             hand.wrapping_sub(1) & self.mask
         };
-        loop {
+        for _ in 0..=self.mask {
             #[cfg(test)]
             self.probes.fetch_add(1, Ordering::Relaxed);
             let slot = &self.slots[pos as usize];
@@ -81,10 +85,11 @@ impl ResidentSet {
                 self.at[key as usize].store(pos as u32, Ordering::Relaxed);
                 let next = pos.wrapping_sub(1) & self.mask;
                 self.fill.store(hand << 32 | next, Ordering::Relaxed);
-                return;
+                return true;
             }
             pos = pos.wrapping_sub(1) & self.mask;
         }
+        false
     }
 
     /// Removes `key`; returns whether it was present.
@@ -178,6 +183,19 @@ mod tests {
             seen.insert(k);
         });
         assert_eq!(seen, (50..100).map(|k| k * 7).collect());
+    }
+
+    #[test]
+    fn a_full_set_refuses_a_key_instead_of_spinning() {
+        let s = ResidentSet::new(4, 100);
+        for k in 0..s.slots() {
+            assert!(s.insert(k));
+        }
+        assert!(!s.insert(50));
+        assert!(!s.remove(50));
+        assert!(s.remove(3));
+        assert!(s.insert(50));
+        assert!(s.remove(50));
     }
 
     #[test]

@@ -31,12 +31,27 @@ struct State {
     sketch: CountMin,
     window_max: u64,
     main_max: u64,
+    /// `main_max` for the whole capacity, the most it can be.
+    main_cap: u64,
     protected_max: u64,
 }
 
 impl State {
     fn main_len(&self) -> u64 {
         self.probation.len() + self.protected.len()
+    }
+
+    /// Sizes the main cache to what this mapping holds now, which the cache asking for
+    /// victims says is all it gets (other mappings share the budget, the background evictor
+    /// keeps some free). Sized for the whole capacity instead, the main cache would never be
+    /// full, and every candidate would be admitted without a comparison.
+    fn fit_to_resident(&mut self) {
+        let resident =
+            self.window.len() + self.candidates.len() + self.probation.len() + self.protected.len();
+        self.main_max = resident
+            .saturating_sub(self.window_max)
+            .clamp(1, self.main_cap.max(1));
+        self.protected_max = self.main_max * 4 / 5;
     }
 
     fn main_victim(&self, from: Option<u64>) -> Option<u64> {
@@ -88,6 +103,7 @@ impl Policy for WTinyLfu {
             sketch: CountMin::new(4 * c, 10 * c),
             window_max,
             main_max,
+            main_cap: main_max,
             protected_max: main_max * 4 / 5,
         }));
     }
@@ -95,24 +111,37 @@ impl Policy for WTinyLfu {
     fn choose_eviction_buffers(&self, buffers: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
         let mut st = self.st();
         let st = &mut *st;
+        st.fit_to_resident();
         let start = out.len();
         let mut cand = st.candidates.back();
-        // The miss being served will enter the window, pushing its LRU buffer out as well.
-        let mut window_len = st.window.len();
+        // Each victim makes room for a newcomer, and each newcomer entering the window pushes
+        // the window's LRU buffer out: the `want` newcomers this batch makes room for push out
+        // this many, each a candidate for the main cache as the overflow above is.
+        let window_len = st.window.len();
+        let mut pushed_out = (window_len + want as u64)
+            .saturating_sub(st.window_max)
+            .min(window_len);
         let mut win = st.window.back();
         let mut victim = st.main_victim(None);
+        // Every step moves one of the cursors on, so this bounds the walk by the resident
+        // buffers however many of them are pinned.
+        let max_steps = window_len
+            + st.candidates.len()
+            + st.probation.len()
+            + st.protected.len()
+            + want as u64;
         let mut steps = 0u64;
-        while out.len() - start < want && steps <= 4 * st.window_max + 2 * want as u64 + 4 {
+        while out.len() - start < want && steps <= max_steps {
             steps += 1;
             let c = match cand {
                 Some(c) => {
                     cand = st.candidates.towards_front(c);
                     Some((c, true))
                 }
-                None if window_len >= st.window_max && win.is_some() => {
+                None if pushed_out > 0 && win.is_some() => {
                     let w = win.unwrap();
                     win = st.window.towards_front(w);
-                    window_len -= 1;
+                    pushed_out -= 1;
                     Some((w, false))
                 }
                 None => None,
