@@ -203,7 +203,14 @@ impl Mapping {
         self.core.policy.name()
     }
 
-    /// Writes back everything, releases all memory and leaves the cache.
+    /// Writes back everything, releases all memory and leaves the cache. On failure (a
+    /// write-back that failed, buffers still pinned after repeated passes) nothing is released
+    /// and the mapping comes back in the error, to retry or inspect.
+    ///
+    /// As with `munmap`, accesses must have ended: plain loads and stores through a
+    /// transparent mapping's pointer by other threads during `unmap` are a use after unmap. A
+    /// store that lands after the last write-back pass is lost, and any access after the
+    /// range is released faults as on unmapped memory.
     pub fn unmap(self) -> std::result::Result<(), UnmapError> {
         match self.core.release() {
             Ok(()) => Ok(()),
