@@ -397,6 +397,13 @@ impl BufferState {
         None
     }
 
+    /// Clears the prefetched bit; returns whether it was set (this caller has the first use
+    /// of a prefetched buffer). For readers that use a buffer without pinning it.
+    #[inline]
+    pub fn take_prefetched(&self) -> bool {
+        Word(self.0.fetch_and(!PREFETCHED, Ordering::Relaxed)).prefetched()
+    }
+
     /// Drops a shared pin with one atomic subtraction (the hit path's unpin).
     #[inline]
     pub fn unpin_shared(&self) {

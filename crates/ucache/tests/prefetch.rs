@@ -234,3 +234,40 @@ fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) 
     });
     rx.recv_timeout(Duration::from_secs(secs)).ok()
 }
+
+/// A prefetched buffer is used by a pin or an optimistic read, and wasted if evicted unused; a
+/// transparent mapping, whose plain loads are invisible, counts no waste.
+#[test]
+fn prefetches_are_counted_used_or_wasted() {
+    let (c, m) = setup(64, 64, MapOptions::new());
+    m.prefetch(0, 16 * BS as u64).unwrap();
+    settle(&c, &m, 16);
+    for i in 0..4 {
+        assert_eq!(
+            m.read_optimistic(i, |v| v.read_u64(0) as u8).unwrap(),
+            i as u8
+        );
+        // A second use of the same buffer is a plain hit.
+        assert_eq!(
+            m.read_optimistic(i, |v| v.read_u64(0) as u8).unwrap(),
+            i as u8
+        );
+    }
+    for i in 4..8 {
+        drop(m.pin_shared(i).unwrap());
+    }
+    m.evict(0, 16 * BS as u64).unwrap();
+    let s = c.stats();
+    assert_eq!((s.prefetch_used, s.prefetch_wasted), (8, 8), "{s:?}");
+
+    let (c, m) = setup(64, 64, MapOptions::new().transparent(true).readahead(false));
+    m.prefetch(0, 16 * BS as u64).unwrap();
+    settle(&c, &m, 16);
+    // SAFETY: inside the mapping, which outlives the reads.
+    let sum: u64 = (0..16)
+        .map(|i| unsafe { std::ptr::read_volatile(m.as_ptr().add(i * BS)) } as u64)
+        .sum();
+    assert_eq!(sum, (0..16).sum::<u64>());
+    m.evict(0, 16 * BS as u64).unwrap();
+    assert_eq!(c.stats().prefetch_wasted, 0);
+}

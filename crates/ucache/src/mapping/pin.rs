@@ -302,6 +302,9 @@ impl MappingCore {
                     if !loaded {
                         self.stats().add(Counter::Hits, 1);
                     }
+                    if v.prefetched() && s.take_prefetched() {
+                        self.stats().add(Counter::PrefetchUsed, 1);
+                    }
                     return Ok(r);
                 }
                 continue;
