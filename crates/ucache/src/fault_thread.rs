@@ -54,7 +54,14 @@ fn serve(weak: Weak<MappingCore>, u: &Uffd, base: usize, stop: &AtomicBool) {
         let msg = match u.next_msg(POLL_MS) {
             Ok(Some(m)) if m.event == uffd::EVENT_PAGEFAULT => m,
             Ok(_) => continue,
-            Err(_) => return,
+            // The descriptor itself is gone: nothing more can come.
+            Err(e) if e.raw_os_error() == Some(libc::EBADF) => return,
+            // Anything else (ENOMEM from poll or read) may pass, and a thread that gave up
+            // would leave every later fault of the mapping blocked for good.
+            Err(_) => {
+                std::thread::sleep(std::time::Duration::from_millis(POLL_MS as u64));
+                continue;
+            }
         };
         let Some(core) = weak.upgrade() else { return };
         let addr = msg.address as usize;

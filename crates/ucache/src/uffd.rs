@@ -26,6 +26,7 @@ pub(crate) const PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
 
 const REGISTER_MODE_MISSING: u64 = 1 << 0;
 const REGISTER_MODE_WP: u64 = 1 << 1;
+const COPY_MODE_DONTWAKE: u64 = 1 << 0;
 const COPY_MODE_WP: u64 = 1 << 1;
 const WRITEPROTECT_MODE_WP: u64 = 1 << 0;
 
@@ -138,7 +139,9 @@ impl Uffd {
     }
 
     /// Atomically fills the absent pages of `[dst, dst+len)` with a copy of `src`, mapped
-    /// write-protected unless `writable`, and wakes threads blocked on them.
+    /// write-protected unless `writable`. Wakes nobody: with `SIGBUS` delivery no thread is
+    /// blocked on a missing page, and handler threads wake the faulting thread once the buffer
+    /// is published, so that it never resumes to find its buffer still `Loading`.
     ///
     /// # Safety
     /// `src..src+len` must be readable, and `dst..dst+len` must be page-aligned, inside a
@@ -156,7 +159,7 @@ impl Uffd {
                 dst: dst as u64 + done as u64,
                 src: src as u64 + done as u64,
                 len: (len - done) as u64,
-                mode: if writable { 0 } else { COPY_MODE_WP },
+                mode: COPY_MODE_DONTWAKE | if writable { 0 } else { COPY_MODE_WP },
                 copy: 0,
             };
             let r = ioctl(self.fd.as_raw_fd(), UFFDIO_COPY, &mut c);

@@ -26,7 +26,11 @@ pub fn for_each_line(
         {
             return Ok(());
         }
-        let t = line.trim_end_matches(['\n', '\r']);
+        let mut t = line.trim_end_matches(['\n', '\r']);
+        if n == 1 {
+            // A byte-order mark (Excel, PowerShell) is not part of the first field.
+            t = t.strip_prefix('\u{feff}').unwrap_or(t);
+        }
         if !t.trim().is_empty() {
             f(t, n)?;
         }

@@ -77,6 +77,15 @@ impl MappingCore {
                 ok += 1;
                 bytes += self.valid(i) as u64;
             }
+            if !good && self.region.is_transparent() {
+                // Dirty again, so writable again: a dirty buffer is never write-protected,
+                // which an exclusive pin in handler-thread mode relies on (it lifts the
+                // protection of clean buffers only), as does any store, which then need not
+                // fault. Still ours (WB and a pin), so no store can race this.
+                let _ = self
+                    .region
+                    .protect((i << self.shift) as usize, self.bs, false);
+            }
             let r = self.state(i).update(|w| Some(w.finish_writeback(good)));
             debug_assert!(r.is_ok());
         }
