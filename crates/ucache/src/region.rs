@@ -87,8 +87,11 @@ impl Region {
         } else {
             uffd::FEATURE_THREAD_ID
         };
-        let u =
-            Uffd::open(delivery | uffd::FEATURE_PAGEFAULT_FLAG_WP).map_err(os("userfaultfd"))?;
+        // With SIGBUS delivery kernel-mode faults fail with EFAULT anyway, so a descriptor
+        // limited to user faults (all an unprivileged process may open) loses nothing; handler
+        // threads exist to serve kernel-mode faults and need the full one.
+        let u = Uffd::open(delivery | uffd::FEATURE_PAGEFAULT_FLAG_WP, sigbus)
+            .map_err(os("userfaultfd"))?;
         u.register(r.base, r.len).map_err(os("UFFDIO_REGISTER"))?;
         r.uffd = Some(Arc::new(u));
         Ok(r)

@@ -26,6 +26,8 @@ pub(crate) const PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
 
 const REGISTER_MODE_MISSING: u64 = 1 << 0;
 const REGISTER_MODE_WP: u64 = 1 << 1;
+/// `UFFD_USER_MODE_ONLY`: faults from user mode only (Linux 5.11).
+const USER_MODE_ONLY: libc::c_int = 1;
 const COPY_MODE_DONTWAKE: u64 = 1 << 0;
 const COPY_MODE_WP: u64 = 1 << 1;
 const WRITEPROTECT_MODE_WP: u64 = 1 << 0;
@@ -101,10 +103,20 @@ pub(crate) struct Uffd {
 
 impl Uffd {
     /// Opens a userfaultfd with `features` (`FEATURE_*`), failing if the kernel lacks any.
-    pub(crate) fn open(features: u64) -> io::Result<Uffd> {
+    /// `user_faults_only`: the descriptor need not see faults the kernel takes on user memory
+    /// (`write(2)` from a mapping), which lets an unprivileged process open one where
+    /// `vm.unprivileged_userfaultfd` is 0, the usual setting.
+    pub(crate) fn open(features: u64, user_faults_only: bool) -> io::Result<Uffd> {
+        let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
         // SAFETY: plain syscall; returns a new descriptor or -1.
-        let fd =
-            unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
+        let mut fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
+        if fd < 0
+            && user_faults_only
+            && io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+        {
+            // SAFETY: as above.
+            fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags | USER_MODE_ONLY) };
+        }
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -271,5 +283,37 @@ mod tests {
         assert_eq!(UFFDIO_REGISTER, 0xC020_AA00);
         assert_eq!(UFFDIO_COPY, 0xC028_AA03);
         assert_eq!(UFFDIO_WRITEPROTECT, 0xC018_AA06);
+    }
+
+    /// An unprivileged process opens a user-faults-only descriptor where
+    /// `vm.unprivileged_userfaultfd` is 0 (found by review, 2026-11-25: `ucache demo` failed
+    /// for any user but root). Run as root, the check drops to `nobody` in a forked child.
+    #[test]
+    fn an_unprivileged_process_opens_a_user_faults_only_descriptor() {
+        let features = FEATURE_SIGBUS | FEATURE_PAGEFAULT_FLAG_WP;
+        // SAFETY: getuid has no preconditions.
+        if unsafe { libc::getuid() } != 0 {
+            Uffd::open(features, true).unwrap();
+            return;
+        }
+        // SAFETY: the child makes only system calls and leaves with _exit: nothing it does
+        // needs a lock another thread of the test process may have held at the fork.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: as above; 65534 is `nobody`.
+            unsafe {
+                let dropped = libc::setgid(65534) == 0 && libc::setuid(65534) == 0;
+                let ok = dropped && Uffd::open(features, true).is_ok();
+                libc::_exit(if ok { 0 } else { 1 });
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "an unprivileged open failed (status {status:#x})"
+        );
     }
 }

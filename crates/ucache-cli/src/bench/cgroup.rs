@@ -120,18 +120,7 @@ impl MemCgroup {
 
     /// How often the limit was hit (v1) or reclaim was forced by it (v2's `max` event).
     pub fn limit_hits(&self) -> Option<u64> {
-        match self.version {
-            Version::V1 => fs::read_to_string(self.dir.join("memory.failcnt"))
-                .ok()?
-                .trim()
-                .parse()
-                .ok(),
-            Version::V2 => fs::read_to_string(self.dir.join("memory.events"))
-                .ok()?
-                .lines()
-                .find_map(|l| l.strip_prefix("max "))
-                .and_then(|v| v.trim().parse().ok()),
-        }
+        limit_hits(&self.dir)
     }
 
     pub fn describe(&self) -> String {
@@ -186,6 +175,18 @@ pub fn usage(dir: &Path) -> Option<u64> {
         .trim()
         .parse()
         .ok()
+}
+
+/// How often the group at `dir` hit its limit: v1's `memory.failcnt`, or v2's `max` event.
+pub fn limit_hits(dir: &Path) -> Option<u64> {
+    if let Ok(t) = fs::read_to_string(dir.join("memory.failcnt")) {
+        return t.trim().parse().ok();
+    }
+    fs::read_to_string(dir.join("memory.events"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("max "))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Moves the calling process (all its threads) into the group at `dir`.

@@ -131,9 +131,9 @@ pub struct BenchArgs {
     /// policy evicts first from the tenant most over its weighted share of the memory.
     #[arg(long, value_delimiter = ',', default_value = "1,1")]
     pub tenant_weights: Vec<u32>,
-    /// Record the buffer index of every op of the first run (rep 1, first system), warm-up
+    /// Record the buffer index of every op of an extra first run of the first system, warm-up
     /// included, as a trace for `ucache sim --format record`. That run is slowed by the
-    /// recording; threads' streams are interleaved round-robin.
+    /// recording, so it is not counted; threads' streams are interleaved round-robin.
     #[arg(long)]
     pub record: Option<PathBuf>,
 }
@@ -421,8 +421,21 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
         "version": env!("CARGO_PKG_VERSION"),
     });
 
-    // The runs: for rep { for system { run } }.
-    let total = args.reps * systems.len();
+    // The runs: for rep { for system { run } }, the order reversed every other rep (ABC,
+    // CBA, ...) so that a machine drifting faster or slower over the run favours no system.
+    // A recorded run, slowed by its recording, comes first and is not counted.
+    let mut plan: Vec<(usize, &SystemRow, bool)> = Vec::new();
+    if args.record.is_some() {
+        plan.push((0, &systems[0], true));
+    }
+    for rep in 0..args.reps {
+        let mut order: Vec<&SystemRow> = systems.iter().collect();
+        if rep % 2 == 1 {
+            order.reverse();
+        }
+        plan.extend(order.into_iter().map(|row| (rep, row, false)));
+    }
+    let total = plan.len();
     let run_ms = ((args.warmup + args.seconds) * 1000.0) as u64 + 500;
     let pb = ProgressBar::new(total as u64 * run_ms);
     pb.set_style(
@@ -436,59 +449,59 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
     let mut runs: Vec<RunResult> = Vec::new();
     let mut errors = Vec::new();
     let mut n = 0;
-    for rep in 0..args.reps {
-        for row in &systems {
-            let sys = row.kind;
-            pb.set_message(format!(
-                "rep {}/{} {} ({}/{total})",
-                rep + 1,
-                args.reps,
-                row.name(),
-                n + 1
-            ));
-            let in_cgroup = cg.as_ref().filter(|_| sys.uses_page_cache());
-            // Page-cache systems must start cold; the others do not read through it, but a
-            // drop costs little and keeps the machine's memory state the same for every run.
-            datafile::drop_page_cache(&path, sys.uses_page_cache() && drop_caches_ok).ok();
-            if let Some(cg) = in_cgroup {
-                cg.reset_peak();
-            }
-            let base = n as u64 * run_ms;
-            let record = args.record.as_deref().filter(|_| n == 0);
-            let res = run_worker(
-                args,
-                row,
-                &path,
-                in_cgroup.map(|c| c.dir()),
-                record,
-                |elapsed| pb.set_position(base + (elapsed.as_millis() as u64).min(run_ms)),
-            );
-            n += 1;
-            pb.set_position(n as u64 * run_ms);
-            match res {
-                Ok(mut r) => {
-                    if let Some(cg) = in_cgroup {
-                        r.cgroup_peak_bytes = cg.peak();
-                        r.cgroup_limit_hits = cg.limit_hits();
-                    }
-                    pb.suspend(|| eprintln!("{}", run_line(rep, &r)));
-                    if r.mismatches > 0 {
-                        pb.suspend(|| {
-                            eprintln!(
-                                "!!! CORRECTNESS FAILURE: {} read {} words that did not hold their offset; first: {}",
-                                row.name(),
-                                r.mismatches,
-                                r.first_mismatch.as_deref().unwrap_or("?")
-                            )
-                        });
-                    }
+    for (rep, row, recording) in plan {
+        let sys = row.kind;
+        pb.set_message(format!(
+            "rep {}/{} {} ({}/{total})",
+            rep + 1,
+            args.reps,
+            row.name(),
+            n + 1
+        ));
+        let in_cgroup = cg.as_ref().filter(|_| sys.uses_page_cache());
+        // Page-cache systems must start cold; the others do not read through it, but a
+        // drop costs little and keeps the machine's memory state the same for every run.
+        datafile::drop_page_cache(&path, sys.uses_page_cache() && drop_caches_ok).ok();
+        if let Some(cg) = in_cgroup {
+            cg.reset_peak();
+        }
+        let base = n as u64 * run_ms;
+        let record = args.record.as_deref().filter(|_| recording);
+        let res = run_worker(
+            args,
+            row,
+            &path,
+            in_cgroup.map(|c| c.dir()),
+            record,
+            |elapsed| pb.set_position(base + (elapsed.as_millis() as u64).min(run_ms)),
+        );
+        n += 1;
+        pb.set_position(n as u64 * run_ms);
+        match res {
+            Ok(mut r) => {
+                if let Some(cg) = in_cgroup {
+                    r.cgroup_peak_bytes = cg.peak();
+                    r.cgroup_limit_hits = cg.limit_hits();
+                }
+                pb.suspend(|| eprintln!("{}", run_line(rep, &r)));
+                if r.mismatches > 0 {
+                    pb.suspend(|| {
+                        eprintln!(
+                            "!!! CORRECTNESS FAILURE: {} read {} words that did not hold their offset; first: {}",
+                            row.name(),
+                            r.mismatches,
+                            r.first_mismatch.as_deref().unwrap_or("?")
+                        )
+                    });
+                }
+                if !recording {
                     runs.push(r);
                 }
-                Err(e) => {
-                    let msg = format!("rep {} {}: {e}", rep + 1, row.name());
-                    pb.suspend(|| eprintln!("run failed: {msg}"));
-                    errors.push(msg);
-                }
+            }
+            Err(e) => {
+                let msg = format!("rep {} {}: {e}", rep + 1, row.name());
+                pb.suspend(|| eprintln!("run failed: {msg}"));
+                errors.push(msg);
             }
         }
     }
@@ -634,7 +647,9 @@ fn run_worker(
     let err = drain(Box::new(child.stderr.take().expect("piped")));
 
     // Setup (mapping, opening rings) is not measured but must not hang forever either.
-    let limit = Duration::from_secs_f64(args.warmup + args.seconds + 120.0);
+    // Room for the longest fill (`worker::MAX_FILL`) besides setup and teardown.
+    let limit =
+        Duration::from_secs_f64(args.warmup + args.seconds + worker::MAX_FILL.as_secs_f64() + 60.0);
     let start = Instant::now();
     let status = loop {
         if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {

@@ -249,7 +249,11 @@ pub fn table(results: &[SystemResult]) -> String {
                 thousands(r.ops_per_sec),
                 format!("{:.1}", r.bytes_per_sec / 1e6),
                 format!("{:.2}", r.cpu_us_per_op),
-                format!("{:.1}", r.p99_us),
+                format!(
+                    "{:.1}{}",
+                    r.p99_us,
+                    if r.latency_unit == "op" { "" } else { "*" }
+                ),
                 format!("{:.0}", r.others_cpu_pct),
                 ratio(r.vs_raw_psync),
                 ratio(r.vs_mmap),
@@ -278,6 +282,15 @@ pub fn table(results: &[SystemResult]) -> String {
     line(&widths.map(|w| "-".repeat(w)), &mut out);
     for row in &rows {
         line(row, &mut out);
+    }
+    // A system that times groups of ops says so: its p99 is not one op's.
+    for r in results.iter().filter(|r| r.latency_unit != "op") {
+        let _ = writeln!(
+            out,
+            "* {}: p99 of one {}, not of one op",
+            r.system.name(),
+            r.latency_unit
+        );
     }
     out
 }
@@ -492,5 +505,14 @@ pub(crate) mod tests {
         assert!(lines[2].contains("52.63x") && lines[3].contains("1.00x"));
         assert!(lines[3].contains("23,457"));
         assert!(cache_stats(&summarize(&rows(&[SystemKind::RawPsync]), &runs)).contains("5 hits"));
+    }
+
+    #[test]
+    fn a_p99_of_groups_of_ops_is_marked() {
+        let mut r = run(SystemKind::UcachePrefetch, 1000.0);
+        r.latency_unit = "32 visits".into();
+        let t = table(&summarize(&rows(&[SystemKind::UcachePrefetch]), &[r]));
+        assert!(t.lines().nth(2).unwrap().contains('*'), "{t}");
+        assert!(t.contains("* ucache-prefetch: p99 of one 32 visits"), "{t}");
     }
 }
