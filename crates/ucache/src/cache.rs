@@ -164,6 +164,9 @@ pub(crate) struct CacheCore {
     budget: u64,
     batch: Batch,
     used: AtomicU64,
+    /// Budget the set-aside pools of tracked mappings hold, within `used`: a quarter of the
+    /// budget at most, so that tracked mappings cannot reserve it away from the data.
+    aside: AtomicU64,
     global: GuardedGlobal,
     pub(crate) stats: Stats,
     /// Changed only by map and unmap; read by evictors and address lookups without locking.
@@ -209,6 +212,7 @@ impl Cache {
                 budget: options.memory_bytes,
                 batch,
                 used: AtomicU64::new(0),
+                aside: AtomicU64::new(0),
                 global: GuardedGlobal::new(options.global),
                 stats: Stats::default(),
                 mappings: ArcSwap::from_pointee(Vec::new()),
@@ -332,6 +336,29 @@ impl CacheCore {
         self.budget
     }
 
+    /// Grants a set-aside pool up to `slots` slots of `bs` bytes within the quarter of the
+    /// budget all pools share; 0 if fewer than two fit. The caller reserves the bytes from
+    /// the budget itself and gives the grant back with [`CacheCore::release_aside`].
+    pub(crate) fn claim_aside(&self, slots: u64, bs: usize) -> u64 {
+        let cap = self.budget / 4;
+        let mut got = 0;
+        let _ = self
+            .aside
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                got = slots.min(cap.saturating_sub(held) / bs as u64);
+                if got < 2 {
+                    got = 0;
+                    return None;
+                }
+                Some(held + got * bs as u64)
+            });
+        got
+    }
+
+    pub(crate) fn release_aside(&self, bytes: u64) {
+        self.aside.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
     /// Buffers of `bs` bytes evicted per round.
     pub(crate) fn batch_buffers(&self, bs: usize) -> usize {
         self.batch.buffers_for(bs)
@@ -383,6 +410,11 @@ impl CacheCore {
                 spins = 0;
                 continue;
             }
+            // A global policy may ask for eviction before the budget is full; with nothing
+            // evictable, that early request must not refuse what the budget still holds.
+            if self.take_within_budget(bytes) {
+                return Ok(());
+            }
             // Nothing evictable right now: other evictors may hold the candidates, or every
             // buffer is pinned. Back off, and give up only after a long time without progress.
             let since = *stuck_since.get_or_insert_with(Instant::now);
@@ -407,9 +439,19 @@ impl CacheCore {
                 return true;
             }
             if self.evict_round() == 0 {
-                return false;
+                return self.take_within_budget(bytes);
             }
         }
+    }
+
+    /// Adds `bytes` to the budget in use if they fit the budget itself, whatever the global
+    /// policy would rather keep free.
+    fn take_within_budget(&self, bytes: u64) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |used| {
+                (used + bytes <= self.budget).then_some(used + bytes)
+            })
+            .is_ok()
     }
 
     /// Adds `bytes` to the budget in use if the global policy says they fit without evicting,

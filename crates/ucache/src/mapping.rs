@@ -218,11 +218,19 @@ impl MappingCore {
             },
         );
         let budget_buffers = cache.budget_bytes() / bs as u64;
-        let slots = AsidePool::slots_for(budget_buffers, nbuf, cache.batch_buffers(bs));
-        let aside = if o.transparent && o.track_access && slots > 0 {
-            let pool = AsidePool::new(slots, bs, nbuf)?;
-            cache.reserve(pool.bytes())?;
-            Some(pool)
+        let slots = if o.transparent && o.track_access {
+            let want = AsidePool::slots_for(budget_buffers, nbuf, cache.batch_buffers(bs));
+            cache.claim_aside(want, bs)
+        } else {
+            0
+        };
+        let aside = if slots > 0 {
+            let pool = AsidePool::new(slots, bs, nbuf)
+                .and_then(|pool| cache.reserve(pool.bytes()).map(|()| pool));
+            if pool.is_err() {
+                cache.release_aside(slots * bs as u64);
+            }
+            Some(pool?)
         } else {
             None
         };
@@ -231,6 +239,7 @@ impl MappingCore {
             if let Err(e) = obj.set_len(end) {
                 if let Some(pool) = &aside {
                     cache.release(pool.bytes());
+                    cache.release_aside(pool.bytes());
                 }
                 return Err(Error::io("grow", object, end, e));
             }
@@ -407,6 +416,7 @@ impl Drop for MappingCore {
         }
         if let Some(pool) = &self.aside {
             self.cache.release(pool.bytes());
+            self.cache.release_aside(pool.bytes());
         }
     }
 }

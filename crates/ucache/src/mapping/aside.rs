@@ -17,8 +17,11 @@
 //! slot whose pages stay allocated is a memcpy.
 //!
 //! The pool is reserved from the cache's budget when the mapping is made (about a sixteenth of
-//! the budget), so memory never exceeds the budget. Only clean buffers are set aside; dirty
-//! candidates are written back and evicted as before.
+//! the budget), so memory never exceeds the budget; all pools of a cache together take at most
+//! a quarter of it, and a mapping made when that is spoken for tracks no access. Only clean
+//! buffers are set aside; dirty candidates are written back and evicted as before. A set-aside
+//! buffer is evicted when its turn in the queue comes, or earlier when nothing else of the
+//! mapping can be, since policies propose cached buffers only.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -138,12 +141,7 @@ impl MappingCore {
     pub(super) fn evict_some_tracked(&self, pool: &AsidePool, want: usize) -> u64 {
         let mut n = 0;
         if pool.free_slots() < want {
-            // Entries of buffers touched since are stale: those buffers earned their place.
-            // One touched and set aside again leaves a little early (by its older entry),
-            // losing part of its second chance.
-            let mut old = pool.pop(want);
-            old.retain(|&i| self.state(i).load().phase() == Phase::Aside);
-            n = self.evict_indices(&old, false).0;
+            n = self.evict_aside(pool, want);
         }
         let mut cands = Vec::with_capacity(want);
         self.policy
@@ -151,6 +149,27 @@ impl MappingCore {
         n += self.set_aside(pool, &cands);
         if n == 0 {
             n = self.evict_chosen(want);
+        }
+        if n == 0 {
+            // All that is left to evict is aside (policies propose only cached buffers), with
+            // slots still free: their turn comes now, or memory could never be freed.
+            n = self.evict_aside(pool, want);
+        }
+        n
+    }
+
+    /// Evicts up to `want` of the buffers set aside longest ago. Entries of buffers touched
+    /// since are stale: those buffers earned their place. One touched and set aside again
+    /// leaves a little early (by its older entry), losing part of its second chance. Buffers
+    /// still aside afterwards (vetoed by the policy's `is_evictable`) go to the back of the
+    /// line: off it, nothing would ever evict them, and they would hold their slots for good.
+    fn evict_aside(&self, pool: &AsidePool, want: usize) -> u64 {
+        let mut old = pool.pop(want);
+        old.retain(|&i| self.state(i).load().phase() == Phase::Aside);
+        let n = self.evict_indices(&old, false).0;
+        old.retain(|&i| self.state(i).load().phase() == Phase::Aside);
+        if !old.is_empty() {
+            pool.enqueue(old);
         }
         n
     }

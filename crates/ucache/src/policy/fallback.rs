@@ -42,10 +42,13 @@ impl Fallback {
             for k in from..from + step {
                 let i = k % n;
                 let w = buffers.state(i);
+                // Not one the policy (or this sweep) proposed already: a duplicate would take
+                // a place in the batch and then count as a cancelled eviction.
                 if w.phase() == Phase::Cached
                     && w.idle()
-                    && !buffers.test_and_clear_referenced(i)
                     && out.len() - start < want
+                    && !out.contains(&i)
+                    && !buffers.test_and_clear_referenced(i)
                 {
                     out.push(i);
                 }

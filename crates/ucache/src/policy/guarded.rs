@@ -202,18 +202,25 @@ impl GuardedGlobal {
         used + want > budget
     }
 
+    /// The policy's order, then every mapping it left out: a global policy proposes where to
+    /// evict first, and one that names too few mappings must not stop the cache from freeing
+    /// memory that the others hold.
     pub fn choose_eviction_mappings(&self, usage: &[MappingUsage], out: &mut Vec<usize>) {
         let start = out.len();
         if !self.is_broken() {
             let r = catch_unwind(AssertUnwindSafe(|| {
                 self.policy.choose_eviction_mappings(usage, out)
             }));
-            if r.is_ok() {
-                return;
+            if r.is_err() {
+                self.broken.store(true, Ordering::Relaxed);
+                out.truncate(start);
             }
-            self.broken.store(true, Ordering::Relaxed);
-            out.truncate(start);
         }
-        ProportionalGlobal.choose_eviction_mappings(usage, out);
+        if self.is_broken() {
+            ProportionalGlobal.choose_eviction_mappings(usage, out);
+        }
+        let mut named = vec![false; usage.len()];
+        out.retain(|&k| k < usage.len() && !std::mem::replace(&mut named[k], true));
+        out.extend((0..usage.len()).filter(|&k| !named[k]));
     }
 }

@@ -231,12 +231,14 @@ pub trait Policy: Send + Sync + 'static {
 pub trait GlobalPolicy: Send + Sync + 'static {
     /// Whether to evict before `want` more bytes are taken; `used` and `budget` in bytes. A
     /// policy can ask for eviction below the budget (keeping headroom), not past it: the cache
-    /// evicts whenever `used + want > budget` whatever this answers.
+    /// evicts whenever `used + want > budget` whatever this answers. Headroom is a wish: when
+    /// nothing can be evicted, a load that fits the budget itself proceeds.
     fn need_to_evict(&self, used: u64, want: u64, budget: u64) -> bool {
         used + want > budget
     }
 
     /// Orders the mappings to take eviction candidates from, most preferred first, as indices
-    /// into `usage`. The cache walks them until it has a batch.
+    /// into `usage`. The cache walks them until it has a batch; mappings left out are walked
+    /// after those named (a preference, never a veto: `is_evictable` is the veto).
     fn choose_eviction_mappings(&self, usage: &[MappingUsage], out: &mut Vec<usize>);
 }
