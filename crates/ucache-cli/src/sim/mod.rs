@@ -51,8 +51,9 @@ pub struct SimArgs {
     /// Seed of --generate.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Comma-separated policies: clock, fifo, lru, mru, lfu, sieve, s3fifo (an unknown name
-    /// is refused with the list of those built in).
+    /// Comma-separated policies, any of the built-in ones (`ucache::policy::POLICY_NAMES`:
+    /// clock, fifo, lru, mru, lfu, sieve, s3fifo, 2q, arc, lirs, w-tinylfu, lhd, mglru,
+    /// get-scan, priority); an unknown name is refused with the list.
     #[arg(long, default_value = "clock,fifo,lru,sieve,s3fifo")]
     pub policies: String,
     /// Comma-separated cache sizes: a percentage of the distinct ids (10%) or a number of

@@ -97,8 +97,9 @@ impl MapOptions {
     /// back without IO and counts as an access (sets the referenced bit, calls `on_hit`).
     /// Worth it where a hot set must survive a stream of cold misses (scans next to lookups);
     /// it costs about a sixteenth of the budget for the pool, a buffer copy per eviction and a
-    /// soft fault per touch of a set-aside buffer. On zram it cut the Zipf(0.99) miss ratio
-    /// from 23.1% to 20.8% yet ran 9% slower, and 5% slower on uniform lookups (README).
+    /// soft fault per touch of a set-aside buffer. Measured on zram, results were mixed: one
+    /// run cut the Zipf(0.99) miss ratio from 23.1% to 20.8%, another raised it, and it cost
+    /// 10-13% of lookup throughput (README).
     pub fn track_access(mut self, on: bool) -> Self {
         self.track_access = on;
         self

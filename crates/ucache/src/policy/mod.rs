@@ -9,7 +9,7 @@
 //! mappings give it up.
 //!
 //! Hooks run on the IO path of many threads at once, so implementations use interior
-//! mutability. CLOCK, SIEVE, LFU and MGLRU keep their hit path lock-free (a bit or a counter);
+//! mutability. CLOCK, SIEVE, S3-FIFO, LFU and MGLRU keep their hit path lock-free (a bit or a counter);
 //! the list policies (LRU, 2Q, ARC, LIRS, ...) keep one mutex per mapping around O(1) list
 //! work, and the advanced ones skip a hit's update rather than wait for it under contention.
 //! Hooks may run inside the SIGBUS handler of a transparent mapping's faulting thread, so a
