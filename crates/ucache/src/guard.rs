@@ -3,6 +3,14 @@
 //! A guard is proof that its buffer is pinned: the state word keeps eviction and (for a shared
 //! guard) writers away until the guard drops, so the guard can hand out plain slices of the
 //! mapping's memory. This is the only place where slices into a mapping are made for callers.
+//!
+//! "Writers" are other pins. On a transparent mapping, plain stores through the mapping's
+//! pointer also reach the buffer, and the cache holds them back only while the buffer is clean
+//! and write-protected: a store to a dirty buffer, or to one whose exclusive holder has written
+//! (which lifts the protection for the whole process), lands at once, as it would under `mmap`.
+//! A program that mixes plain stores with guards on the same buffer must order them itself; a
+//! plain store racing a live guard is a data race of the program's own pointer code (storing
+//! through the pointer is `unsafe`), just as it would be against any other reference.
 
 use std::ops::{Deref, DerefMut};
 
@@ -14,7 +22,8 @@ fn state(m: &MappingCore, i: u64) -> &BufferState {
     m.state_of(i)
 }
 
-/// A shared pin: the buffer stays cached and unchanged while this lives.
+/// A shared pin: the buffer stays cached, and unchanged by other pins, while this lives (on a
+/// transparent mapping plain stores are the program's to order: see the module docs).
 pub struct SharedGuard<'a> {
     mapping: &'a MappingCore,
     index: u64,
@@ -60,8 +69,9 @@ impl Drop for SharedGuard<'_> {
     }
 }
 
-/// An exclusive pin: nobody else reads or writes the buffer while this lives. Any mutable
-/// access marks the buffer dirty when the guard drops.
+/// An exclusive pin: no other pin reads or writes the buffer while this lives (on a
+/// transparent mapping plain loads and stores are the program's to order: see the module
+/// docs). Any mutable access marks the buffer dirty when the guard drops.
 pub struct ExclusiveGuard<'a> {
     mapping: &'a MappingCore,
     index: u64,
@@ -159,7 +169,7 @@ impl OptimisticView<'_> {
     /// The little-endian u64 at `offset` (8-byte aligned). Panics if out of range.
     pub fn read_u64(&self, offset: usize) -> u64 {
         assert!(
-            offset.is_multiple_of(8) && offset + 8 <= self.len,
+            offset.is_multiple_of(8) && offset.checked_add(8).is_some_and(|e| e <= self.len),
             "read_u64 at {offset} of {}",
             self.len
         );
@@ -171,7 +181,7 @@ impl OptimisticView<'_> {
     /// Copies `out.len()` bytes from `offset`. Panics if out of range.
     pub fn copy_to(&self, offset: usize, out: &mut [u8]) {
         assert!(
-            offset + out.len() <= self.len,
+            offset.checked_add(out.len()).is_some_and(|e| e <= self.len),
             "copy of {} at {offset} of {}",
             out.len(),
             self.len

@@ -40,8 +40,16 @@ const EMPTY: Slot = Slot {
 
 static REGISTRY: [Slot; SLOTS] = [EMPTY; SLOTS];
 static INSTALL: Once = Once::new();
-/// The `SIGBUS` action that was installed before ours; written once, before ours is.
-static mut PREVIOUS: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::zeroed();
+/// The `SIGBUS` actions that came before ours: slot 0 written once, before ours is installed;
+/// later slots when a handler we chained to changed the disposition (std's resets it to the
+/// default for a signal it does not handle). `PREVIOUS_AT` names the slot in use. A slot is
+/// rewritten only after seven more changes, so a handler still copying an older one never
+/// meets a write; and a change needs a sent `SIGBUS` reaching a handler that replaces itself.
+static mut PREVIOUS: [std::mem::MaybeUninit<libc::sigaction>; 8] =
+    [const { std::mem::MaybeUninit::zeroed() }; 8];
+static PREVIOUS_AT: AtomicUsize = AtomicUsize::new(0);
+/// Held by the handler that is recording a changed disposition.
+static REPLACING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// A registered mapping; unregisters on drop.
 pub(crate) struct Registration {
@@ -128,6 +136,12 @@ fn lookup(addr: usize) -> Option<(Arc<MappingCore>, usize)> {
     None
 }
 
+/// `SA_NODEFER`: a fault inside the handler (a policy hook touching memory) is served too.
+/// `SA_RESTART`: a sent `SIGBUS` that the program ignored (and so never interrupted anything
+/// before ucache) does not make a blocking system call fail with `EINTR`; a fault is never
+/// inside a system call, so it changes nothing there.
+const OUR_FLAGS: libc::c_int = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_RESTART;
+
 fn install() -> Result<()> {
     let mut err = None;
     INSTALL.call_once(|| {
@@ -138,7 +152,7 @@ fn install() -> Result<()> {
             let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
                 on_sigbus;
             sa.sa_sigaction = handler as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+            sa.sa_flags = OUR_FLAGS;
             libc::sigemptyset(&mut sa.sa_mask);
             let prev = std::ptr::addr_of_mut!(PREVIOUS) as *mut libc::sigaction;
             if libc::sigaction(libc::SIGBUS, &sa, prev) != 0 {
@@ -229,8 +243,10 @@ fn take_fault_signal() -> bool {
 /// Hands the signal to whatever handled `SIGBUS` before ucache. `fault` says it came from a
 /// faulting access, which runs again when the handler returns.
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, fault: bool) {
-    // SAFETY: PREVIOUS was fully written before our handler was installed.
-    let prev = unsafe { (*std::ptr::addr_of!(PREVIOUS)).assume_init() };
+    // SAFETY: the slot in use was fully written before it was published (slot 0 before our
+    // handler was installed, later ones before PREVIOUS_AT named them).
+    let prev =
+        unsafe { (*std::ptr::addr_of!(PREVIOUS))[PREVIOUS_AT.load(SeqCst) % 8].assume_init() };
     let h = prev.sa_sigaction;
     if h == libc::SIG_IGN && !fault {
         // A sent SIGBUS the program chose to ignore.
@@ -263,4 +279,38 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, f
             f(sig);
         }
     }
+    if !fault {
+        stay_in_front();
+    }
+}
+
+/// After a handler we chained a sent signal to has returned: if it changed `SIGBUS`'s
+/// disposition (std's handler resets it to the default for any signal that is not its guard
+/// page's), what it installed is what now comes after ucache, and ucache's own handler goes
+/// back in front. Otherwise one `kill -BUS` would leave every later miss of every transparent
+/// mapping unserved. A fault is left alone: it runs again at once, into whatever is installed.
+fn stay_in_front() {
+    // SAFETY: sigaction(2) reads of the current action into a zeroed struct we own.
+    let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+    if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut cur) } != 0 {
+        return;
+    }
+    let ours: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = on_sigbus;
+    if cur.sa_sigaction == ours as usize || REPLACING.swap(true, SeqCst) {
+        return;
+    }
+    let next = (PREVIOUS_AT.load(SeqCst) + 1) % 8;
+    // SAFETY: slot `next` is not the one in use, and REPLACING makes us its only writer; it is
+    // published (PREVIOUS_AT) only once written. Then our own action goes back in, as install
+    // made it.
+    unsafe {
+        (*std::ptr::addr_of_mut!(PREVIOUS))[next].write(cur);
+        PREVIOUS_AT.store(next, SeqCst);
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = ours as usize;
+        sa.sa_flags = OUR_FLAGS;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+    }
+    REPLACING.store(false, SeqCst);
 }

@@ -52,19 +52,23 @@ thread_local! {
 
 /// Runs `f` with at least `len` bytes of page-aligned scratch memory owned by this thread.
 /// A nested call (a fault served while the thread was already staging) gets its own area.
+///
+/// During thread exit, once this thread's slot is gone (a fault in a thread-local destructor
+/// that runs after it), the area is made for the call and unmapped after it.
 pub(crate) fn with_staging<R>(len: usize, f: impl FnOnce(*mut u8) -> R) -> Result<R> {
-    let cached = AREA.with(|a| a.take());
+    let Ok(cached) = AREA.try_with(|a| a.take()) else {
+        let area = Area::new(len.next_multiple_of(4096))?;
+        return Ok(f(area.ptr));
+    };
     let area = match cached {
         Some(a) if a.len >= len => a,
         _ => Area::new(len.next_multiple_of(4096).max(1 << 20))?,
     };
     let r = f(area.ptr);
-    AREA.with(|a| {
-        // Keep the larger of ours and one a nested call may have left behind.
-        match a.take() {
-            Some(other) if other.len > area.len => a.set(Some(other)),
-            _ => a.set(Some(area)),
-        }
+    // Keep the larger of ours and one a nested call may have left behind.
+    let _ = AREA.try_with(|a| match a.take() {
+        Some(other) if other.len > area.len => a.set(Some(other)),
+        _ => a.set(Some(area)),
     });
     Ok(r)
 }

@@ -80,7 +80,11 @@ impl MapOptions {
 
     /// Let plain loads and stores use the mapping, like `mmap`: misses and first writes fault
     /// into ucache (userfaultfd, served on the faulting thread). Pins and the explicit
-    /// primitives keep working. Linux on x86-64 only.
+    /// primitives keep working; they order against each other and against eviction, while
+    /// plain stores of other threads are ordered by the program, as under `mmap` (see
+    /// [`crate::guard`]). A miss is served on the stack of the access that took it: one taken
+    /// inside the program's own signal handler running on an alternate signal stack needs
+    /// about 64 KiB of that stack. Linux on x86-64 only.
     pub fn transparent(mut self, transparent: bool) -> Self {
         self.transparent = transparent;
         self

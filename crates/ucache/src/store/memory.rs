@@ -86,6 +86,23 @@ impl MemoryObject {
     }
 }
 
+fn too_large() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "offset or length beyond what memory can hold",
+    )
+}
+
+/// Resizes to `len`, failing instead of aborting when memory cannot be had.
+fn grow(data: &mut Vec<u8>, len: usize) -> io::Result<()> {
+    if len > data.len() {
+        data.try_reserve_exact(len - data.len())
+            .map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+    }
+    data.resize(len, 0);
+    Ok(())
+}
+
 impl Object for MemoryObject {
     fn name(&self) -> &str {
         &self.bytes.name
@@ -95,24 +112,32 @@ impl Object for MemoryObject {
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.check_writable()?;
-        self.bytes.data.write().resize(len as usize, 0);
-        Ok(())
+        let len = usize::try_from(len).map_err(|_| too_large())?;
+        grow(&mut self.bytes.data.write(), len)
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let data = self.bytes.data.read();
-        let start = (offset as usize).min(data.len());
+        let start = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(data.len());
         let n = buf.len().min(data.len() - start);
         buf[..n].copy_from_slice(&data[start..start + n]);
         Ok(n)
     }
+    /// As `pwrite`: an empty write changes nothing, and an end past what memory can hold is
+    /// an error, not an abort.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.check_writable()?;
-        let mut data = self.bytes.data.write();
-        let end = offset as usize + buf.len();
-        if data.len() < end {
-            data.resize(end, 0);
+        if buf.is_empty() {
+            return Ok(());
         }
-        data[offset as usize..end].copy_from_slice(buf);
+        let start = usize::try_from(offset).map_err(|_| too_large())?;
+        let end = start.checked_add(buf.len()).ok_or_else(too_large)?;
+        let mut data = self.bytes.data.write();
+        if data.len() < end {
+            grow(&mut data, end)?;
+        }
+        data[start..end].copy_from_slice(buf);
         Ok(())
     }
     fn sync(&self) -> io::Result<()> {
