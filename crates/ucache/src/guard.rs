@@ -149,8 +149,10 @@ pub struct OptimisticView<'a> {
 
 impl OptimisticView<'_> {
     /// # Safety
-    /// `ptr..ptr+len` lies in a live mapping region (reads there never fault fatally: evicted
-    /// memory reads as zeros).
+    /// `ptr..ptr+len` lies in a live mapping region. Reads there never fault fatally on a plain
+    /// mapping (evicted memory reads as zeros); on a transparent one a read that races an
+    /// eviction faults like any plain load and is served, and only an IO error in that load
+    /// raises `SIGBUS` (or calls the mapping's hook), as a plain load would.
     pub(crate) unsafe fn new(ptr: *const u8, len: usize) -> Self {
         OptimisticView {
             ptr,

@@ -53,7 +53,9 @@ impl Mapping {
 
     /// Runs `f` on buffer `index` without pinning it, then validates that the buffer was
     /// neither evicted nor written meanwhile; if it was, runs `f` again. `f` must not act on
-    /// what it reads before returning (vmcache's optimistic latch).
+    /// what it reads before returning (vmcache's optimistic latch). On a transparent mapping a
+    /// read racing an eviction faults and is served like a plain load (an IO error there is a
+    /// `SIGBUS` or the mapping's hook, not an `Err`).
     pub fn read_optimistic<R>(
         &self,
         index: u64,
