@@ -114,6 +114,12 @@ impl MappingCore {
                 o.offset
             )));
         }
+        if o.create && !o.writable {
+            // Checked before the store is asked, so nothing is created for a refused mapping.
+            return Err(Error::BadArgument(
+                "a mapping that creates its object must be writable".into(),
+            ));
+        }
         if o.weight == 0 {
             return Err(Error::BadArgument(
                 "a mapping's weight must be at least 1".into(),

@@ -95,6 +95,17 @@ fn missing_object_is_not_found() {
     );
 }
 
+/// A mapping that would create its object but not write it is refused before anything is
+/// created (it used to create the object and then fail as beyond the object's end).
+#[test]
+fn create_without_write_is_refused_before_creating() {
+    let store = MemoryStore::new();
+    let o = MapOptions::new().create(true).writable(false);
+    let r = cache().map(Arc::new(store.clone()), "new", o);
+    assert!(matches!(r, Err(Error::BadArgument(_))), "{r:?}");
+    assert!(store.get("new").is_none(), "nothing was created");
+}
+
 /// With the default batch, counted in bytes, a bad buffer size is refused before the batch is
 /// divided by it.
 #[test]

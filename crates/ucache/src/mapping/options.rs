@@ -66,7 +66,8 @@ impl MapOptions {
         self.writable = writable;
         self
     }
-    /// Create the object if it does not exist (implies writable).
+    /// Create the object if it does not exist (implies writable; a later `writable(false)` is
+    /// refused at `map` with [`crate::Error::BadArgument`], before anything is created).
     pub fn create(mut self, create: bool) -> Self {
         self.create = create;
         self.writable |= create;
