@@ -177,9 +177,9 @@ impl Region {
             if matches!(batched, Ok(true)) {
                 continue;
             }
-            if let Err(e) = batched {
-                first_error.get_or_insert(e);
-            }
+            let refused = matches!(&batched, Err(Error::Os { source, .. })
+                if source.raw_os_error() == Some(libc::EINVAL));
+            let failed_before = failed.len();
             for (k, &(off, len)) in chunk.iter().enumerate() {
                 // SAFETY: the range lies in our region and nobody accesses it (Evicting).
                 let r = unsafe {
@@ -189,6 +189,12 @@ impl Region {
                     failed.push(c * IOV_MAX + k);
                     first_error.get_or_insert(Error::last_os("madvise"));
                 }
+            }
+            if refused && failed.len() == failed_before {
+                // Every range dropped on its own: it was the batched call this kernel refuses.
+                NO_PROCESS_MADVISE.store(true, Ordering::Relaxed);
+            } else if let Err(e) = batched {
+                first_error.get_or_insert(e);
             }
         }
         match first_error {
@@ -265,14 +271,17 @@ fn process_madvise_dontneed(region: &Region, ranges: &[(usize, usize)]) -> Resul
         };
         if r < 0 {
             let e = io::Error::last_os_error();
-            if done_bytes == 0
-                && matches!(
-                    e.raw_os_error(),
-                    Some(libc::EINVAL | libc::ENOSYS | libc::EPERM)
-                )
-            {
+            if done_bytes == 0 && matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) {
                 NO_PROCESS_MADVISE.store(true, Ordering::Relaxed);
                 return Ok(false);
+            }
+            if done_bytes == 0 && e.raw_os_error() == Some(libc::EINVAL) {
+                // Either this kernel refuses MADV_DONTNEED here (before 6.13) or a range
+                // refuses it (a locked page): the caller's range-by-range retry tells which.
+                return Err(Error::Os {
+                    call: "process_madvise",
+                    source: e,
+                });
             }
             return Err(Error::Os {
                 call: "process_madvise",

@@ -48,10 +48,13 @@ pub enum Phase {
 }
 
 const PIN_MASK: u64 = 0xFFFF;
-/// Most shared pins one buffer can carry at once.
-pub const MAX_PINS: u64 = PIN_MASK - 1;
-/// Above this many pins, pins take the CAS path, so that concurrent blind adds (one per
-/// racing thread) can never carry out of the pin field.
+/// Most shared pins one buffer can carry at once (the CAS paths stop here). Half the field:
+/// the hit path adds first and checks after, at any count, so the other half is headroom for
+/// that many threads adding at the same instant before their adds are undone. With the limit
+/// at the field's top, two such adds on a buffer at the limit carried into `X` (review,
+/// 2026-11-25).
+pub const MAX_PINS: u64 = 1 << 15;
+/// Above this many pins, pins take the CAS path.
 const FAST_PIN_LIMIT: u64 = 1 << 14;
 const X: u64 = 1 << 16;
 const PHASE_SHIFT: u32 = 17;

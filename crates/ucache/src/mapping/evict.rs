@@ -126,21 +126,28 @@ impl MappingCore {
                 }
             }
             if let Err((kept, e)) = self.region.drop_ranges(&ranges) {
-                // Those ranges' memory could not be dropped: keep their buffers resident and
-                // valid. The rest are gone, so they go on to `Evicted`.
-                let kept: Vec<(usize, usize)> = kept.iter().map(|&k| ranges[k]).collect();
-                let in_kept = |i: u64| {
-                    let off = (i << self.shift) as usize;
-                    kept.iter().any(|&(o, l)| off >= o && off < o + l)
-                };
-                clean.retain(|&i| {
-                    if in_kept(i) {
-                        let _ = self.state(i).update(|w| Some(w.cancel_evict()));
-                        false
-                    } else {
-                        true
-                    }
-                });
+                // Those ranges could not be dropped whole, but `madvise` stops at the first
+                // page it refuses (a locked one) after zapping those before it, so their bytes
+                // cannot be trusted as cached. On a plain mapping the buffers are clean and the
+                // next load reads every byte in place, so they go on to `Evicted` with the rest
+                // (that load reuses their leftover pages). A transparent mapping's load
+                // installs into absent pages only, so there they stay resident: locked pages
+                // are not supported on transparent mappings (`MapOptions::transparent`).
+                if self.region.is_transparent() {
+                    let kept: Vec<(usize, usize)> = kept.iter().map(|&k| ranges[k]).collect();
+                    let in_kept = |i: u64| {
+                        let off = (i << self.shift) as usize;
+                        kept.iter().any(|&(o, l)| off >= o && off < o + l)
+                    };
+                    clean.retain(|&i| {
+                        if in_kept(i) {
+                            let _ = self.state(i).update(|w| Some(w.cancel_evict()));
+                            false
+                        } else {
+                            true
+                        }
+                    });
+                }
                 failure = failure.or(Some((0, e)));
             }
         }

@@ -85,7 +85,8 @@ impl MapOptions {
     /// plain stores of other threads are ordered by the program, as under `mmap` (see
     /// [`crate::guard`]). A miss is served on the stack of the access that took it: one taken
     /// inside the program's own signal handler running on an alternate signal stack needs
-    /// about 64 KiB of that stack. Linux on x86-64 only.
+    /// about 64 KiB of that stack. Locking its pages (`mlock`) is not supported: eviction
+    /// could not free them. Linux on x86-64 only.
     pub fn transparent(mut self, transparent: bool) -> Self {
         self.transparent = transparent;
         self
