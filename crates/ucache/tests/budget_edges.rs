@@ -4,28 +4,17 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ucache::policy::{Buffers, Clock, GlobalPolicy, Layout, MappingUsage, Policy};
 use ucache::state::Phase;
 use ucache::store::MemoryStore;
 use ucache::{Cache, CacheOptions, MapOptions};
 
-const BS: usize = 4096;
+mod common;
+use common::within;
 
-/// Runs `f` on its own thread; fails if it does not finish within `secs`.
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-        let _ = tx.send(r);
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(Ok(v)) => v,
-        Ok(Err(p)) => std::panic::resume_unwind(p),
-        Err(_) => panic!("did not finish within {secs} s (hang)"),
-    }
-}
+const BS: usize = 4096;
 
 fn store(name: &str, buffers: usize) -> Arc<MemoryStore> {
     let s = MemoryStore::new();
@@ -56,7 +45,7 @@ fn phase(m: &ucache::Mapping, i: u64) -> Phase {
 /// `BudgetExhausted` although every resident buffer of it was evictable.
 #[test]
 fn set_aside_buffers_are_evicted_when_nothing_else_can_be() {
-    within(30, || {
+    within(30, "eviction", || {
         let cache = Cache::new(
             CacheOptions::new(32 * BS as u64)
                 .batch(2)
@@ -116,7 +105,7 @@ impl Policy for Veto {
 /// buffers), holding its slot and budget however much the mapping churned.
 #[test]
 fn a_vetoed_set_aside_buffer_gets_its_turn_again() {
-    within(60, || {
+    within(60, "eviction", || {
         let vetoed = Arc::new(Mutex::new(HashSet::new()));
         let cache = Cache::new(
             CacheOptions::new(64 * BS as u64)
@@ -192,7 +181,7 @@ impl GlobalPolicy for OverQuotaOnly {
 /// while the other mappings' buffers were all evictable.
 #[test]
 fn a_global_policy_that_offers_too_few_mappings_does_not_exhaust_the_budget() {
-    within(30, || {
+    within(30, "eviction", || {
         let cache = Cache::new(
             CacheOptions::new(16 * BS as u64)
                 .batch(2)
@@ -224,7 +213,7 @@ fn a_global_policy_that_offers_too_few_mappings_does_not_exhaust_the_budget() {
 /// the batch that a distinct victim could fill.
 #[test]
 fn duplicate_candidates_are_not_counted_as_cancelled_evictions() {
-    within(30, || {
+    within(30, "eviction", || {
         let cache = Cache::new(
             CacheOptions::new(8 * BS as u64)
                 .batch(4)
@@ -269,7 +258,7 @@ impl GlobalPolicy for HalfHeadroom {
 /// hard limit, failing it after 5 s with `BudgetExhausted` at half the budget.
 #[test]
 fn an_early_eviction_request_does_not_fail_a_load_that_fits_the_budget() {
-    within(30, || {
+    within(30, "eviction", || {
         let cache = Cache::new(
             CacheOptions::new(16 * BS as u64)
                 .batch(2)

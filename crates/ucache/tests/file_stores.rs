@@ -8,6 +8,9 @@ use rand::{Rng, SeedableRng};
 use ucache::store::{FileStore, Store, UringOptions, UringStore};
 use ucache::{Cache, CacheOptions, MapOptions, Mapping};
 
+mod common;
+use common::within;
+
 const BS: usize = 4096;
 const BUFFERS: u64 = 2048;
 
@@ -210,21 +213,6 @@ fn pin_each_deeper_than_the_budget_pauses_instead_of_failing() {
             "{name}: the stream waited for memory ({:?})",
             t.elapsed()
         );
-    }
-}
-
-/// Runs `f` on its own thread and fails the test if it has not returned within `secs`: a
-/// regression here is a hang, which must not stall the whole suite.
-fn within(secs: u64, what: &str, f: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        f();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
-        Ok(()) => {}
-        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("{what}: hung for {secs} s"),
-        Err(_) => panic!("{what}: the test thread panicked"),
     }
 }
 

@@ -4,26 +4,15 @@
 //! behind; the process exit ends it).
 
 use std::sync::atomic::Ordering;
-use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::Duration;
 
 use ucache::store::{FaultStore, MemoryStore};
 use ucache::{Cache, CacheOptions, FaultHandling, MapOptions, Mapping};
 
-const BS: usize = 4096;
+mod common;
+use common::within;
 
-/// Runs `f` on a detached thread; panics with `what` if it does not finish within `secs`.
-fn watchdog<T: Send + 'static>(secs: u64, what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(v) => v,
-        Err(_) => panic!("hung for {secs} s: {what}"),
-    }
-}
+const BS: usize = 4096;
 
 /// A write-back that fails makes its buffer dirty and writable again. It used to leave it
 /// write-protected (the claim protected it), while `pin_exclusive` in handler-thread mode
@@ -53,7 +42,7 @@ fn exclusive_write_after_a_failed_writeback_does_not_deadlock() {
     ));
     let p = m.as_mut_ptr() as usize;
     // A plain store: a missing write fault, served dirty and writable.
-    watchdog(10, "first store", move || unsafe { *(p as *mut u8) = 1 });
+    within(10, "first store", move || unsafe { *(p as *mut u8) = 1 });
     assert!(
         m.state(0).unwrap().dirty(),
         "{:?} {:?}",
@@ -67,7 +56,7 @@ fn exclusive_write_after_a_failed_writeback_does_not_deadlock() {
     let st = m.state(0).unwrap();
     assert!(st.dirty() && !st.writing(), "{st:?}");
     // Now a write through an exclusive guard.
-    watchdog(
+    within(
         10,
         "a store through an exclusive guard of a dirty buffer whose write-back failed: the \
          handler thread waits for the holder's pin, the holder for the handler",

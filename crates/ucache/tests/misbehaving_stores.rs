@@ -10,6 +10,9 @@ use std::time::Duration;
 use ucache::store::{MemoryStore, Object, OpenOptions, Store};
 use ucache::{Cache, CacheOptions, Error, FaultAction, MapOptions};
 
+mod common;
+use common::within;
+
 const BS: usize = 4096;
 
 /// Panics on every read or write while its switch is on.
@@ -71,17 +74,6 @@ fn cache() -> Cache {
     Cache::new(CacheOptions::new(64 * BS as u64).batch_bytes(4 * BS as u64)).unwrap()
 }
 
-/// Runs `f` on a thread and fails the test if it does not finish in time: a buffer left
-/// claimed by a panic would hang the next access, not fail it.
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(Duration::from_secs(secs))
-        .expect("hung: a buffer was left claimed")
-}
-
 fn quiet_panics() {
     std::panic::set_hook(Box::new(|_| {}));
 }
@@ -102,7 +94,7 @@ fn a_panicking_open_is_an_error() {
 #[test]
 fn panicking_reads_fail_the_access_and_leave_the_buffer_loadable() {
     quiet_panics();
-    within(60, || {
+    within(60, "a buffer was left claimed", || {
         let (_, s, on) = setup(32);
         let c = cache();
         let m = c.map(s, "o", MapOptions::new()).unwrap();
@@ -129,7 +121,7 @@ fn panicking_reads_fail_the_access_and_leave_the_buffer_loadable() {
 #[test]
 fn panicking_writes_keep_the_data_dirty() {
     quiet_panics();
-    within(60, || {
+    within(60, "a buffer was left claimed", || {
         let (mem, s, on) = setup(16);
         let c = cache();
         let m = c.map(s, "o", MapOptions::new().writable(true)).unwrap();
@@ -158,7 +150,7 @@ fn panicking_writes_keep_the_data_dirty() {
 #[test]
 fn a_panicking_read_under_a_transparent_access_goes_to_the_fault_hook() {
     quiet_panics();
-    within(60, || {
+    within(60, "a buffer was left claimed", || {
         let (_, s, on) = setup(16);
         let c = cache();
         let calls = Arc::new(AtomicUsize::new(0));
@@ -233,7 +225,7 @@ impl Object for Impatient {
 #[test]
 fn a_stream_ended_early_leaves_no_claim_behind() {
     for transparent in [false, true] {
-        within(60, move || {
+        within(60, "a buffer was left claimed", move || {
             let (mem, _, _) = setup(64);
             let c = cache();
             let o = MapOptions::new().transparent(transparent).readahead(false);
