@@ -156,11 +156,7 @@ fn optimistic_view_bounds_checks_do_not_overflow() {
             }));
             match r {
                 Ok(b) => format!("no panic; read {b:#x} from before the buffer"),
-                Err(p) => p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default(),
+                Err(p) => panic_message(&*p),
             }
         })
         .unwrap();
@@ -171,15 +167,19 @@ fn optimistic_view_bounds_checks_do_not_overflow() {
                 v.read_u64(usize::MAX - 7)
             })) {
                 Ok(x) => format!("no panic; read {x:#x}"),
-                Err(p) => p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default(),
+                Err(p) => panic_message(&*p),
             }
         })
         .unwrap();
     assert!(msg.starts_with("read_u64 at"), "{msg}");
+}
+
+/// The text a panic carried.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
 }
 
 static ALT_TARGET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
