@@ -114,7 +114,7 @@ impl MappingCore {
                 o.offset
             )));
         }
-        if o.create && !o.writable {
+        if o.create && o.writable == Some(false) {
             // Checked before the store is asked, so nothing is created for a refused mapping.
             return Err(Error::BadArgument(
                 "a mapping that creates its object must be writable".into(),
@@ -131,8 +131,9 @@ impl MappingCore {
                 why: "a mapping cannot be empty",
             });
         }
+        let writable = o.is_writable();
         let options = OpenOptions {
-            write: o.writable,
+            write: writable,
             create: o.create,
         };
         let opened =
@@ -163,7 +164,7 @@ impl MappingCore {
             len,
             why: "overflows",
         })?;
-        if o.writable {
+        if writable {
             if len % IO_ALIGN != 0 {
                 return Err(Error::BadLength {
                     len,
@@ -240,7 +241,7 @@ impl MappingCore {
         } else {
             None
         };
-        if o.writable && end > obj_len {
+        if writable && end > obj_len {
             // Last, so a mapping refused above leaves the object as it was.
             if let Err(e) = obj.set_len(end) {
                 if let Some(pool) = &aside {
@@ -263,7 +264,7 @@ impl MappingCore {
             shift: bs.trailing_zeros(),
             region,
             states,
-            writable: o.writable,
+            writable,
             resident: AtomicU64::new(0),
             weight: o.weight,
             unmapped: AtomicBool::new(false),

@@ -106,6 +106,31 @@ fn create_without_write_is_refused_before_creating() {
     assert!(store.get("new").is_none(), "nothing was created");
 }
 
+/// `writable(false)` is refused with `create(true)` in either order, and taking `create` back
+/// takes back the write access it implied, while an explicit `writable(true)` stays.
+#[test]
+fn create_and_writable_compose_in_any_order() {
+    let store = MemoryStore::new();
+    let o = MapOptions::new().writable(false).create(true);
+    let r = cache().map(Arc::new(store.clone()), "new", o);
+    assert!(matches!(r, Err(Error::BadArgument(_))), "{r:?}");
+    assert!(store.get("new").is_none(), "nothing was created");
+
+    let c = cache();
+    let s = Arc::new(store_with("o", 4 * BS));
+    let m = c
+        .map(s.clone(), "o", MapOptions::new().create(true).create(false))
+        .unwrap();
+    assert!(
+        !m.is_writable(),
+        "create(false) takes back what create(true) implied"
+    );
+    let m = c
+        .map(s, "o", MapOptions::new().writable(true).create(false))
+        .unwrap();
+    assert!(m.is_writable(), "an explicit writable(true) stays");
+}
+
 /// With the default batch, counted in bytes, a bad buffer size is refused before the batch is
 /// divided by it.
 #[test]

@@ -346,3 +346,33 @@ fn uring_write_back_works_after_the_threads_rings_are_gone() {
         "dirty data dropped at thread exit: the write-back batch had no ring"
     );
 }
+
+/// `create` makes the file a path names, as `open(2)` with `O_CREAT` does: through a dangling
+/// symlink too, whose target is created, with every store.
+#[test]
+fn create_makes_new_files_and_symlink_targets() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, store) in stores() {
+        let target = dir.path().join(format!("{name}-target"));
+        let link = dir.path().join(format!("{name}-link"));
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let fresh = dir.path().join(format!("{name}-fresh"));
+        let cache = Cache::new(CacheOptions::new(64 * BS as u64)).unwrap();
+        for path in [&link, &fresh] {
+            let m = cache
+                .map(
+                    store.clone(),
+                    path.to_str().unwrap(),
+                    MapOptions::new().create(true).len(4 * BS as u64),
+                )
+                .unwrap_or_else(|e| panic!("{name}: {}: {e}", path.display()));
+            m.pin_exclusive(0).unwrap()[..5].copy_from_slice(b"hello");
+            m.msync(0, 4 * BS as u64).unwrap();
+        }
+        for path in [&target, &fresh] {
+            let bytes = std::fs::read(path).unwrap();
+            assert_eq!(bytes.len(), 4 * BS, "{name}: {}", path.display());
+            assert_eq!(&bytes[..5], b"hello", "{name}: {}", path.display());
+        }
+    }
+}

@@ -9,7 +9,8 @@ pub struct MapOptions {
     pub(super) buffer_size: usize,
     pub(super) offset: u64,
     pub(super) len: Option<u64>,
-    pub(super) writable: bool,
+    /// `None` until `writable` is called: then a mapping is writable exactly when it creates.
+    pub(super) writable: Option<bool>,
     pub(super) create: bool,
     pub(super) policy: Option<Box<dyn Policy>>,
     pub(super) transparent: bool,
@@ -26,7 +27,7 @@ impl Default for MapOptions {
             buffer_size: MIN_BUFFER,
             offset: 0,
             len: None,
-            writable: false,
+            writable: None,
             create: false,
             policy: None,
             transparent: false,
@@ -63,15 +64,20 @@ impl MapOptions {
     }
     /// Allow exclusive pins, dirty buffers and write-back.
     pub fn writable(mut self, writable: bool) -> Self {
-        self.writable = writable;
+        self.writable = Some(writable);
         self
     }
-    /// Create the object if it does not exist (implies writable; a later `writable(false)` is
-    /// refused at `map` with [`crate::Error::BadArgument`], before anything is created).
+    /// Create the object if it does not exist (implies writable unless `writable` says
+    /// otherwise; `writable(false)` with `create(true)`, in either order, is refused at `map`
+    /// with [`crate::Error::BadArgument`], before anything is created).
     pub fn create(mut self, create: bool) -> Self {
         self.create = create;
-        self.writable |= create;
         self
+    }
+
+    /// Whether the mapping takes writes: as `writable` said, or else as `create` said.
+    pub(super) fn is_writable(&self) -> bool {
+        self.writable.unwrap_or(self.create)
     }
     /// The eviction and prefetch policy of this mapping (default [`Clock`](crate::policy::Clock)).
     pub fn policy(mut self, policy: Box<dyn Policy>) -> Self {

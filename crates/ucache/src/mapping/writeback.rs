@@ -63,10 +63,12 @@ impl MappingCore {
         let mut errors = Vec::new();
         let mut ok = 0u64;
         let mut bytes = 0u64;
+        let mut failed = 0u64;
         for (k, &i) in claimed.iter().enumerate() {
             let r = take_result(&mut out, k);
             let good = r.is_ok();
             if let Err(e) = r {
+                failed += 1;
                 errors.push(Error::io(
                     "write",
                     self.object.name(),
@@ -81,10 +83,16 @@ impl MappingCore {
                 // Dirty again, so writable again: a dirty buffer is never write-protected,
                 // which an exclusive pin in handler-thread mode relies on (it lifts the
                 // protection of clean buffers only), as does any store, which then need not
-                // fault. Still ours (WB and a pin), so no store can race this.
-                let _ = self
+                // fault. Still ours (WB and a pin), so no store can race this. Should the
+                // kernel refuse, the buffer stays dirty and protected: a store then lifts the
+                // protection through its write fault, and the refusal is reported with the
+                // write's own failure.
+                if let Err(e) = self
                     .region
-                    .protect((i << self.shift) as usize, self.bs, false);
+                    .protect((i << self.shift) as usize, self.bs, false)
+                {
+                    errors.push(e);
+                }
             }
             let r = self.state(i).update(|w| Some(w.finish_writeback(good)));
             debug_assert!(r.is_ok());
@@ -92,7 +100,7 @@ impl MappingCore {
         let st = self.stats();
         st.add(Counter::Writebacks, ok);
         st.add(Counter::BytesWritten, bytes);
-        st.add(Counter::WritebackFailures, errors.len() as u64);
+        st.add(Counter::WritebackFailures, failed);
         errors
     }
 

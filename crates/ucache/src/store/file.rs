@@ -77,24 +77,21 @@ impl FileObject {
     pub(crate) fn open(path: &Path, options: OpenOptions, direct: bool) -> Result<FileObject> {
         let name = path.display().to_string();
         let writable = options.write || options.create;
-        let open = |create_new: bool| {
+        let open = |create: bool| {
             let mut opts = std::fs::OpenOptions::new();
-            opts.read(true).write(writable).create_new(create_new);
+            opts.read(true).write(writable).create(create);
             if direct {
                 opts.custom_flags(libc::O_DIRECT);
             }
             opts.open(path)
         };
         let opened = match open(false) {
+            // `O_CREAT` without `O_EXCL`, so a dangling symlink creates its target, as `open(2)`
+            // does, and a file someone else created meanwhile is simply opened.
             Err(e) if options.create && e.kind() == io::ErrorKind::NotFound => {
-                match open(true) {
-                    // A new name is durable only once its directory is: msync's fdatasync
-                    // covers the file's data, not the entry that names it.
-                    Ok(file) => sync_parent(path).map(|()| file),
-                    // Created by someone else meanwhile.
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => open(false),
-                    Err(e) => Err(e),
-                }
+                // A new name is durable only once its directory is: msync's fdatasync covers
+                // the file's data, not the entry that names it.
+                open(true).and_then(|file| sync_parent(path).map(|()| file))
             }
             other => other,
         };
