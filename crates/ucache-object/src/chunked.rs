@@ -67,6 +67,8 @@ pub struct ChunkedObject {
     name: String,
     client: Arc<dyn ObjectStore>,
     prefix: String,
+    /// `prefix` as the client's path, spelled exactly as given (see `S3Config::object_path`).
+    root: Path,
     rt: Arc<Runtime>,
     chunk_size: u64,
     len: Mutex<u64>,
@@ -109,12 +111,13 @@ impl ChunkedObject {
                 "{name}: a chunked object needs a key prefix"
             )));
         }
+        let root = cfg.with_key(&prefix).object_path()?;
         if chunk_size == 0 || !chunk_size.is_multiple_of(4096) {
             return Err(Error::BadArgument(format!(
                 "chunk size {chunk_size} must be a positive multiple of 4096"
             )));
         }
-        let manifest = Path::from(format!("{prefix}/manifest"));
+        let manifest = root.clone().join("manifest");
         let got = rt.block_on(async {
             match client.get(&manifest).await {
                 Ok(r) => r.bytes().await.map(Some),
@@ -136,6 +139,7 @@ impl ChunkedObject {
             name,
             client,
             prefix,
+            root,
             rt,
             chunk_size,
             len: Mutex::new(len),
@@ -163,7 +167,8 @@ impl ChunkedObject {
     }
 
     fn chunk_path(&self, index: u64) -> Path {
-        Path::from(self.chunk_key(index))
+        // Hex digits need no encoding, so the child is spelled as `chunk_key` says.
+        self.root.clone().join(format!("{index:08x}"))
     }
 
     /// Uploads the current length; the caller holds `manifest`.
@@ -173,7 +178,7 @@ impl ChunkedObject {
             "ucache-chunked 1\nlength {len}\nchunk_size {}\n",
             self.chunk_size
         );
-        let path = Path::from(format!("{}/manifest", self.prefix));
+        let path = self.root.clone().join("manifest");
         self.rt
             .block_on(self.client.put(&path, PutPayload::from(text.into_bytes())))
             .map_err(|e| to_io(&self.name, "manifest", e))?;

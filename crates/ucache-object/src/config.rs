@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use object_store::aws::AmazonS3Builder;
+use object_store::path::Path;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
+use tokio::sync::Semaphore;
 use ucache::{Error, Result};
 
 /// A bucket and key (or key prefix) plus everything needed to talk to the server.
@@ -138,9 +140,9 @@ impl S3Config {
     }
 
     /// Requests one object keeps in flight at most (each batch of misses and each write-back
-    /// batch runs up to this many GETs or PUTs at once).
+    /// batch runs up to this many GETs or PUTs at once). `usize::MAX` means no limit.
     pub fn max_in_flight(mut self, n: usize) -> Self {
-        self.max_in_flight = n.max(1);
+        self.max_in_flight = n.clamp(1, Semaphore::MAX_PERMITS);
         self
     }
 
@@ -188,6 +190,55 @@ impl S3Config {
         format!("s3://{}/{}", self.bucket, self.key)
     }
 
+    /// The key as the client's path, spelled exactly as given. (`Path::from` would
+    /// percent-encode characters such as `~`, `[` or `%`, and so ask the server for another
+    /// key, which may even exist.) A key that names no object is refused: an empty one would
+    /// address the bucket itself, and one ending in `/` or holding `//` would be read as another.
+    pub(crate) fn object_path(&self) -> Result<Path> {
+        let bad = |why: &str| Error::BadArgument(format!("{}: {why}", self.url()));
+        if self.key.is_empty() {
+            return Err(bad("names a bucket, not an object"));
+        }
+        if self.key.ends_with('/') {
+            return Err(bad("ends in '/', which names a folder, not an object"));
+        }
+        Path::parse(&self.key).map_err(|e| bad(&format!("is not a usable object key ({e})")))
+    }
+
+    /// Refuses what the client would take and then fail on, or panic on, at its first request.
+    fn check(&self) -> Result<()> {
+        let bad = |what: String| Error::BadArgument(format!("{}: {what}", self.url()));
+        if let Some(e) = &self.endpoint {
+            match url::Url::parse(e) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => {}
+                _ => {
+                    return Err(bad(format!(
+                        "endpoint '{e}' is not an http:// or https:// URL with a host"
+                    )))
+                }
+            }
+        }
+        for (what, v) in [
+            ("access key id", &self.access_key_id),
+            ("secret access key", &self.secret_access_key),
+            ("session token", &self.session_token),
+        ] {
+            // These travel in HTTP headers; a control character (often a newline read from a
+            // file with the value) is never part of a valid one.
+            if v.as_deref()
+                .is_some_and(|v| v.chars().any(char::is_control))
+            {
+                return Err(bad(format!("the {what} holds a control character")));
+            }
+        }
+        if self.session_token.is_some() && self.access_key_id.is_none() {
+            return Err(bad(
+                "a session token needs the access key id and secret it was issued with".into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn loopback(&self) -> bool {
         self.endpoint.as_deref().is_some_and(|e| {
             let rest = e.strip_prefix("http://").unwrap_or(e);
@@ -203,6 +254,7 @@ impl S3Config {
 
     /// The object_store client for the bucket.
     pub fn build(&self) -> Result<Arc<dyn ObjectStore>> {
+        self.check()?;
         let mut b = AmazonS3Builder::new()
             .with_bucket_name(&self.bucket)
             .with_region(self.region.as_deref().unwrap_or("us-east-1"))

@@ -68,7 +68,7 @@ impl S3Object {
         rt: Arc<Runtime>,
     ) -> Result<S3Object> {
         let name = cfg.url();
-        let path = Path::from(cfg.key());
+        let path = cfg.object_path()?;
         let meta = rt
             .block_on(client.head(&path))
             .map_err(|e| open_error(&name, "object", e))?;

@@ -77,7 +77,7 @@ impl S3Store {
     /// benchmarks that create their input; mapping it afterwards sees the new ETag.
     pub fn put(&self, key: &str, data: Vec<u8>) -> Result<()> {
         let cfg = self.key_config(key)?;
-        let path = object_store::path::Path::from(cfg.key());
+        let path = cfg.object_path()?;
         self.rt
             .block_on(self.client.put(&path, object_store::PutPayload::from(data)))
             .map_err(|e| crate::error::open_error(&cfg.url(), "upload", e))?;

@@ -55,7 +55,8 @@ pub fn config(endpoint: &str, key: &str) -> S3Config {
         .endpoint(endpoint)
 }
 
-/// A plain client with its own runtime: another S3 user, independent of the cache.
+/// A plain client with its own runtime: another S3 user, independent of the cache, that
+/// spells keys exactly as given.
 pub struct Plain {
     pub client: Arc<dyn ObjectStore>,
     rt: tokio::runtime::Runtime,
@@ -64,7 +65,16 @@ pub struct Plain {
 impl Plain {
     pub fn new(endpoint: &str) -> Plain {
         Plain {
-            client: config(endpoint, "").build().unwrap(),
+            // Setup, not the code under test: patient, so a loaded machine (CI runs servers
+            // of other tests beside it) does not fail a test before it begins.
+            client: config(endpoint, "")
+                .retries(8, std::time::Duration::from_secs(120))
+                .timeouts(
+                    std::time::Duration::from_secs(60),
+                    std::time::Duration::from_secs(10),
+                )
+                .build()
+                .unwrap(),
             rt: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -73,12 +83,15 @@ impl Plain {
     }
     pub fn put(&self, key: &str, data: Vec<u8>) {
         self.rt
-            .block_on(self.client.put(&Path::from(key), PutPayload::from(data)))
+            .block_on(
+                self.client
+                    .put(&Path::parse(key).unwrap(), PutPayload::from(data)),
+            )
             .unwrap();
     }
     pub fn get(&self, key: &str) -> Option<Vec<u8>> {
         self.rt.block_on(async {
-            match self.client.get(&Path::from(key)).await {
+            match self.client.get(&Path::parse(key).unwrap()).await {
                 Ok(r) => Some(r.bytes().await.unwrap().to_vec()),
                 Err(object_store::Error::NotFound { .. }) => None,
                 Err(e) => panic!("get {key}: {e}"),
