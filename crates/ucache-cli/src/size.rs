@@ -28,18 +28,38 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
             ))
         }
     };
-    let unit = 1u64 << shift;
-    if let Ok(n) = num.parse::<u64>() {
-        return n
-            .checked_mul(unit)
-            .ok_or_else(|| format!("'{s}' is too large"));
+    let unit = 1u128 << shift;
+    // Exact decimal arithmetic: through f64, digits past its 53 bits would be rounded away,
+    // and a fraction of a byte could pass as whole.
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if (int.is_empty() && frac.is_empty()) || frac.contains('.') {
+        return Err(format!("'{s}' is not a size"));
     }
-    let f: f64 = num.parse().map_err(|_| format!("'{s}' is not a size"))?;
-    let bytes = f * unit as f64;
-    if !(0.0..1.8e19).contains(&bytes) || bytes.fract() != 0.0 {
+    let frac = frac.trim_end_matches('0');
+    // 25 digits times the largest unit (2^40) stays within u128.
+    if frac.len() > 25 {
+        return Err(format!("'{s}': too many decimal places"));
+    }
+    let too_large = || format!("'{s}' is too large");
+    let whole: u128 = if int.is_empty() {
+        0
+    } else {
+        int.parse().map_err(|_| too_large())?
+    };
+    let part: u128 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().expect("digits")
+    };
+    let scale = 10u128.pow(frac.len() as u32);
+    if !(part * unit).is_multiple_of(scale) {
         return Err(format!("'{s}' is not a whole number of bytes"));
     }
-    Ok(bytes as u64)
+    let bytes = whole
+        .checked_mul(unit)
+        .and_then(|b| b.checked_add(part * unit / scale))
+        .ok_or_else(too_large)?;
+    u64::try_from(bytes).map_err(|_| too_large())
 }
 
 /// The shortest exact spelling (`1GiB`, `512MiB`, `4KiB`, `1000`), so it can name files.
@@ -80,6 +100,31 @@ mod tests {
         assert!(parse_size("1.5").is_err());
         assert!(parse_size("-1G").is_err());
         assert!(parse_size("99999999999T").is_err());
+        assert!(parse_size(".").is_err());
+        assert!(parse_size("1..5G").is_err());
+    }
+
+    #[test]
+    fn overflow_says_too_large() {
+        for big in [
+            "18446744073709551616",
+            "16777216T",
+            "99999999999999999999999999999999999999999",
+        ] {
+            let e = parse_size(big).unwrap_err();
+            assert!(e.contains("too large"), "{big}: {e}");
+        }
+        assert_eq!(parse_size("18446744073709551615").unwrap(), u64::MAX);
+    }
+
+    #[test]
+    fn decimals_are_exact() {
+        assert_eq!(parse_size("9007199254740993.0").unwrap(), (1 << 53) + 1);
+        assert_eq!(parse_size("0.5K").unwrap(), 512);
+        assert_eq!(parse_size(".25M").unwrap(), 1 << 18);
+        assert_eq!(parse_size("1.000G").unwrap(), 1 << 30);
+        assert!(parse_size("1.00000000000000001G").is_err());
+        assert!(parse_size("0.1K").is_err());
     }
 
     #[test]

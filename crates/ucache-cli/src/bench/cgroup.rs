@@ -189,6 +189,17 @@ pub fn limit_hits(dir: &Path) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// How many processes the group at `dir` had killed for want of memory: the `oom_kill` line of
+/// v1's `memory.oom_control` or of v2's `memory.events`.
+pub fn oom_kills(dir: &Path) -> Option<u64> {
+    ["memory.oom_control", "memory.events"]
+        .iter()
+        .find_map(|f| fs::read_to_string(dir.join(f)).ok())?
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// Moves the calling process (all its threads) into the group at `dir`.
 pub fn join(dir: &Path) -> io::Result<()> {
     write(&dir.join("cgroup.procs"), &std::process::id().to_string())

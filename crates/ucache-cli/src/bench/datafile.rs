@@ -11,6 +11,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Instant;
@@ -141,11 +142,32 @@ fn create(path: &Path, size: u64, progress: &mut impl FnMut(u64)) -> io::Result<
         ));
     }
     let tmp = path.with_extension("tmp");
+    let r = write_new(&tmp, path, size, progress);
+    if r.is_err() {
+        // A half-written file would hold the disk space that made the write fail.
+        let _ = fs::remove_file(&tmp);
+    }
+    r
+}
+
+/// Writes `tmp` in full, then renames it to `path`. The space is taken first, so a file that
+/// does not fit fails at once instead of after filling the disk.
+fn write_new(tmp: &Path, path: &Path, size: u64, progress: &mut impl FnMut(u64)) -> io::Result<()> {
     let mut f = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .open(&tmp)?;
+        .open(tmp)?;
+    let len = libc::off_t::try_from(size)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "data size too large"))?;
+    // SAFETY: plain syscall on a descriptor we own.
+    if unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len) } != 0 {
+        let e = io::Error::last_os_error();
+        // A file system without preallocation: the writes below find out.
+        if e.raw_os_error() != Some(libc::EOPNOTSUPP) {
+            return Err(e);
+        }
+    }
     const CHUNK: u64 = 1 << 20;
     let mut buf = vec![0u8; CHUNK as usize];
     let mut off = 0;
@@ -158,8 +180,7 @@ fn create(path: &Path, size: u64, progress: &mut impl FnMut(u64)) -> io::Result<
     }
     f.sync_all()?;
     drop(f);
-    fs::rename(&tmp, path)?;
-    Ok(())
+    fs::rename(tmp, path)
 }
 
 /// Reads the whole file once with O_DIRECT in 1 MiB requests, so that the host-side cache

@@ -147,6 +147,9 @@ pub struct Outcome {
     pub mismatches: u64,
 }
 
+/// Longest `--seconds` or `--warmup` accepted: eleven days.
+const MAX_SECONDS: f64 = 1e6;
+
 impl BenchArgs {
     pub fn validate(&self) -> Result<(), String> {
         let bs = self.buffer_size;
@@ -165,11 +168,12 @@ impl BenchArgs {
         if self.threads == 0 || self.reps == 0 {
             return Err("--threads and --reps must be at least 1".into());
         }
-        if self.seconds.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
-            || self.warmup.is_nan()
-            || self.warmup < 0.0
-        {
-            return Err("--seconds must be > 0 and --warmup >= 0".into());
+        // Bounded, so that every deadline derived from them is a valid Duration.
+        let seconds_ok = self.seconds > 0.0 && self.seconds <= MAX_SECONDS;
+        if !seconds_ok || !(0.0..=MAX_SECONDS).contains(&self.warmup) {
+            return Err(format!(
+                "--seconds must be > 0 and --warmup >= 0, both at most {MAX_SECONDS}"
+            ));
         }
         if self.systems().is_empty() {
             return Err(format!(
@@ -196,6 +200,21 @@ impl BenchArgs {
         }
         if self.store.s3_url().is_none() && self.systems.contains(&SystemKind::RawGet) {
             return Err("raw-get needs --store s3://bucket/key".into());
+        }
+        // Found now, not after minutes of measurement whose results would then be lost.
+        let json = self.json.iter().map(|j| ("--json", j.clone()));
+        for (what, path) in json.chain([("the plot", self.plot_path())]) {
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            if !dir.is_dir() {
+                return Err(format!(
+                    "{what} {}: directory {} does not exist",
+                    path.display(),
+                    dir.display()
+                ));
+            }
         }
         Ok(())
     }
@@ -669,6 +688,13 @@ fn run_worker(
     let out = out.join().unwrap_or_default();
     let err = err.join().unwrap_or_default();
     if !status.success() {
+        if cgroup.and_then(cgroup::oom_kills).is_some_and(|n| n > 0) {
+            return Err(format!(
+                "worker was killed by its memory cgroup's OOM killer: --memory {} is less than \
+                 the process itself needs besides the page cache (a few MiB)",
+                format_size(args.memory)
+            ));
+        }
         return Err(format!("worker exited with {status}: {}", err.trim()));
     }
     let line = out

@@ -456,22 +456,34 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
 
     let sys_ref: &dyn system::System = sys.as_ref();
     let (before, after, outcomes) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..params.threads)
-            .map(|i| {
-                let (shared, params) = (&shared, &params);
-                std::thread::Builder::new()
-                    .name(format!("bench-{i}"))
-                    .spawn_scoped(s, move || {
-                        let mut ctx = ThreadCtx::new(i, shared, params, args.record.is_some());
-                        let r = sys_ref.run_thread(&mut ctx);
-                        if r.is_err() {
-                            shared.failed.store(true, Ordering::Relaxed);
-                        }
-                        (r, ctx.hist, ctx.mismatches, ctx.recorded)
-                    })
-                    .expect("spawn bench thread")
-            })
-            .collect();
+        let mut handles = Vec::with_capacity(params.threads);
+        for i in 0..params.threads {
+            let (shared, params) = (&shared, &params);
+            let spawned = std::thread::Builder::new()
+                .name(format!("bench-{i}"))
+                .spawn_scoped(s, move || {
+                    let mut ctx = ThreadCtx::new(i, shared, params, args.record.is_some());
+                    let r = sys_ref.run_thread(&mut ctx);
+                    if r.is_err() {
+                        shared.failed.store(true, Ordering::Relaxed);
+                    }
+                    (r, ctx.hist, ctx.mismatches, ctx.recorded)
+                });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // The threads already running loop until told to stop, and the scope
+                    // waits for them: stop them, or the worker hangs.
+                    shared.phase.store(STOP, Ordering::Relaxed);
+                    handles.into_iter().for_each(|h| drop(h.join()));
+                    return Err(format!(
+                        "starting bench thread {} of {}: {e}",
+                        i + 1,
+                        params.threads
+                    ));
+                }
+            }
+        }
         shared.sleep(args.warmup);
         warm_until_full(&shared, sys_ref, args);
         let before = shared.snapshot(sys_ref);
@@ -483,8 +495,8 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
             .into_iter()
             .map(|h| h.join().expect("bench thread panicked"))
             .collect();
-        (before, after, outcomes)
-    });
+        Ok((before, after, outcomes))
+    })?;
 
     let mut hist = Histogram::new();
     let mut mismatches = 0;
