@@ -522,7 +522,7 @@ impl Object for ChunkedObject {
         }
     }
 
-    fn write_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<()>>) {
+    fn write_batch(&self, reqs: &[IoBuf], out: &mut Vec<io::Result<()>>) {
         let spans: Vec<(u64, &[u8])> = reqs.iter().map(|r| (r.offset(), r.as_slice())).collect();
         *out = self.write_spans(&spans);
     }

@@ -86,6 +86,12 @@ impl Evictor {
         }
     }
 
+    /// Bytes the thread frees once woken, 0 if it is off: the part of the budget a load that
+    /// should stay whole (one prefetch call) must leave, or the thread would evict its start.
+    pub(crate) fn ahead(&self) -> u64 {
+        AHEAD * self.low()
+    }
+
     /// Lets the thread exit: called when its cache is dropped.
     pub(crate) fn stop(&self) {
         if let Some(Some(t)) = self.thread.get() {

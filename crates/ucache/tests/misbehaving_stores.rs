@@ -178,58 +178,75 @@ fn a_panicking_read_under_a_transparent_access_goes_to_the_fault_hook() {
     });
 }
 
-/// Answers one request of each stream, then returns without asking for the rest.
-struct Impatient(Arc<dyn Object>);
+/// Answers one request of each stream, then returns without asking for the rest; or, when
+/// `forgetful`, asks for one more and drops it unanswered (a store that gives up on a request,
+/// say when its connection drops, and forgets it).
+struct Impatient {
+    inner: Arc<dyn Object>,
+    forgetful: bool,
+}
 
-struct ImpatientStore(MemoryStore);
+struct ImpatientStore {
+    mem: MemoryStore,
+    forgetful: bool,
+}
 
 impl Store for ImpatientStore {
     fn open(&self, object: &str, o: OpenOptions) -> ucache::Result<Arc<dyn Object>> {
-        Ok(Arc::new(Impatient(self.0.open(object, o)?)))
+        Ok(Arc::new(Impatient {
+            inner: self.mem.open(object, o)?,
+            forgetful: self.forgetful,
+        }))
     }
 }
 
 impl Object for Impatient {
     fn name(&self) -> &str {
-        self.0.name()
+        self.inner.name()
     }
     fn len(&self) -> io::Result<u64> {
-        self.0.len()
+        self.inner.len()
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
+        self.inner.set_len(len)
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.0.read_at(buf, offset)
+        self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.0.write_at(buf, offset)
+        self.inner.write_at(buf, offset)
     }
     fn sync(&self) -> io::Result<()> {
-        self.0.sync()
+        self.inner.sync()
     }
-    fn read_stream(
+    fn read_stream<'a>(
         &self,
         _depth: usize,
-        next: &mut dyn FnMut() -> Option<ucache::store::IoBuf>,
-        done: &mut dyn FnMut(ucache::store::IoBuf, io::Result<usize>),
+        next: &mut dyn FnMut() -> Option<ucache::store::IoBuf<'a>>,
+        done: &mut dyn FnMut(ucache::store::IoBuf<'a>, io::Result<usize>),
     ) {
         if let Some(mut b) = next() {
             let off = b.offset();
-            let got = self.0.read_at(b.as_mut_slice(), off);
+            let got = self.inner.read_at(b.as_mut_slice(), off);
             done(b, got);
+        }
+        if self.forgetful {
+            let _forgotten = next();
         }
     }
 }
 
+/// Neither a stream ended early nor a request pulled and then dropped leaves a claim: the
+/// buffers load later, on a prefetch's IO thread and in `pin_each` alike.
 #[test]
 fn a_stream_ended_early_leaves_no_claim_behind() {
-    for transparent in [false, true] {
+    for (transparent, forgetful) in [(false, false), (true, false), (false, true), (true, true)] {
         within(60, "a buffer was left claimed", move || {
             let (mem, _, _) = setup(64);
             let c = cache();
             let o = MapOptions::new().transparent(transparent).readahead(false);
-            let m = c.map(Arc::new(ImpatientStore(mem)), "o", o).unwrap();
+            let store = ImpatientStore { mem, forgetful };
+            let m = c.map(Arc::new(store), "o", o).unwrap();
             // Scattered runs, so the stream has many requests to leave behind.
             let want: Vec<u64> = (0..32).map(|k| k * 2).collect();
             m.prefetch_buffers(&want).unwrap();
@@ -238,4 +255,28 @@ fn a_stream_ended_early_leaves_no_claim_behind() {
             }
         });
     }
+}
+
+/// `pin_each` over a store that drops a request it pulled reports that request failed (or
+/// visits it), and the buffer loads on the next pin.
+#[test]
+fn pin_each_over_a_store_that_drops_a_request_leaves_no_claim() {
+    within(60, "a buffer was left claimed", || {
+        let (mem, _, _) = setup(8);
+        let c = cache();
+        let store = ImpatientStore {
+            mem,
+            forgetful: true,
+        };
+        let m = c.map(Arc::new(store), "o", MapOptions::new()).unwrap();
+        let mut visited = Vec::new();
+        let r = m.pin_each([0u64, 2], 4, |i, _| visited.push(i));
+        assert!(
+            r.is_err() || visited.len() == 2,
+            "{r:?}, visited {visited:?}"
+        );
+        for i in [0u64, 2] {
+            assert!(m.pin_shared(i).unwrap().iter().all(|&b| b == i as u8));
+        }
+    });
 }

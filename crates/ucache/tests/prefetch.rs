@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ucache::policy::{Buffers, Layout, Policy};
+use ucache::policy::{Buffers, GlobalPolicy, Layout, MappingUsage, Policy, ProportionalGlobal};
 use ucache::state::Phase;
 use ucache::store::MemoryStore;
 use ucache::{Cache, CacheOptions, MapOptions, Mapping};
@@ -270,4 +270,50 @@ fn prefetches_are_counted_used_or_wasted() {
     assert_eq!(sum, (0..16).sum::<u64>());
     m.evict(0, 16 * BS as u64).unwrap();
     assert_eq!(c.stats().prefetch_wasted, 0);
+}
+
+/// The default global policy, except that each budget check takes a few microseconds, so the
+/// thread claiming a prefetch is slow next to the IO threads loading it (a busy machine, a slow
+/// policy): what the background evictor may then do to that prefetch happens every time.
+struct SlowBudgetChecks;
+
+impl GlobalPolicy for SlowBudgetChecks {
+    fn need_to_evict(&self, used: u64, want: u64, budget: u64) -> bool {
+        std::thread::sleep(Duration::from_micros(20));
+        used + want > budget
+    }
+    fn choose_eviction_mappings(&self, usage: &[MappingUsage], out: &mut Vec<usize>) {
+        ProportionalGlobal.choose_eviction_mappings(usage, out)
+    }
+}
+
+/// A prefetch of the whole budget into an empty cache loses none of itself to the background
+/// evictor, which its claims wake as they fill the budget: the call leaves the evictor the
+/// room it frees.
+#[test]
+fn a_prefetch_of_the_budget_is_not_evicted_by_the_background_evictor() {
+    let budget = 4096u64; // 16 MiB: 64 batches of the default 256 KiB, so the evictor runs
+    let s = MemoryStore::new();
+    s.insert("o", vec![1u8; 2 * budget as usize * BS]);
+    let options = CacheOptions::new(budget * BS as u64).global_policy(Arc::new(SlowBudgetChecks));
+    let c = Cache::new(options).unwrap();
+    let m = c.map(Arc::new(s), "o", MapOptions::new()).unwrap();
+    m.prefetch(0, budget * BS as u64).unwrap();
+    let t = Instant::now();
+    let loading =
+        |m: &Mapping| (0..m.buffers()).any(|i| m.state(i).unwrap().phase() == Phase::Loading);
+    while loading(&m) {
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", c.stats());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Let the evictor finish whatever it was woken for.
+    std::thread::sleep(Duration::from_millis(200));
+    let st = c.stats();
+    assert_eq!(
+        (st.prefetch_wasted, st.evictions_ahead),
+        (0, 0),
+        "prefetched buffers evicted unused: {st:?}"
+    );
+    assert_eq!(cached(&m).len() as u64, st.prefetches);
+    assert!(st.prefetches >= budget * 7 / 8, "{st:?}");
 }

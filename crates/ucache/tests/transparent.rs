@@ -48,9 +48,11 @@ fn plain_loads_read_every_byte_under_eviction() {
         }
     }
     let st = cache.stats();
+    // Sequential readahead loads some buffers ahead of their fault: how many depends on how
+    // fast the IO thread runs, so count both kinds of load.
     assert!(
-        st.faults >= n as u64,
-        "every buffer faulted at least once: {st:?}"
+        st.faults + st.prefetches >= n as u64,
+        "every buffer was loaded at least once: {st:?}"
     );
     assert!(st.evictions > 0 && cache.used() <= 16 * BS as u64);
 }

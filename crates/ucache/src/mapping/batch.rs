@@ -361,10 +361,15 @@ impl MappingCore {
         self.stats()
             .add(Counter::Bypasses, (before - admitted.len()) as u64);
         // One job per run: the IO threads read the first run while this thread still claims
-        // (and evicts for) the rest. No more than the budget holds, or the last runs would
-        // evict the first ones, loaded by then.
+        // (and evicts for) the rest. No more than the budget holds, less what the background
+        // evictor keeps free, or the last runs (or the evictor they wake) would evict the
+        // first ones, loaded by then and not yet used.
         let per_job = (PREFETCH_JOB_BYTES >> self.shift).max(1);
-        let budget = self.cache.budget_bytes() >> self.shift;
+        let room = self
+            .cache
+            .budget_bytes()
+            .saturating_sub(self.cache.evictor().ahead());
+        let budget = (room >> self.shift).max(1);
         let admitted = &admitted[..admitted.len().min(budget as usize)];
         for run in admitted.chunks(per_job) {
             let c = self.claim_loads(run, false, None)?;

@@ -131,7 +131,13 @@ impl Mapping {
     }
 
     /// Starts loading the buffers overlapping the range in the background. Missing buffers the
-    /// policy does not admit are skipped.
+    /// policy does not admit are skipped, and so are those beyond what the budget holds (less
+    /// the room the background evictor keeps free), which would only evict the first ones.
+    ///
+    /// The reads run on the IO threads; the room for them is made here, as a miss makes it.
+    /// So where the budget is full of dirty buffers, the call waits for their write-back, as a
+    /// miss would. Keep write-back ahead of prefetching (`writeback`, or the background
+    /// evictor's free room) where the caller must not wait.
     pub fn prefetch(&self, offset: u64, len: u64) -> Result<()> {
         MappingCore::prefetch_range(&self.core, offset, len)
     }

@@ -44,7 +44,7 @@ impl MappingCore {
         if claimed.is_empty() {
             return Vec::new();
         }
-        let mut reqs: Vec<IoBuf> = claimed
+        let reqs: Vec<IoBuf> = claimed
             .iter()
             .map(|&i| {
                 // SAFETY: the write-back pin keeps writers out; the store only reads.
@@ -58,7 +58,7 @@ impl MappingCore {
             })
             .collect();
         let mut out = Vec::with_capacity(reqs.len());
-        self.object.write_batch(&mut reqs, &mut out);
+        self.object.write_batch(&reqs, &mut out);
         drop(reqs);
         let mut errors = Vec::new();
         let mut ok = 0u64;

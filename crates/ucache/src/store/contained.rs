@@ -70,20 +70,22 @@ impl Object for Contained {
         }
     }
 
-    fn write_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<()>>) {
+    fn write_batch(&self, reqs: &[IoBuf], out: &mut Vec<io::Result<()>>) {
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| self.0.write_batch(reqs, out))) {
             out.clear();
             out.extend(reqs.iter().map(|_| Err(panicked(&*p))));
         }
     }
 
-    /// Every request the store pulled and has not handed back when it panics is handed back
-    /// failed, so the caller's accounting of what is in flight stays whole.
-    fn read_stream(
+    /// Every request the store pulled and has not handed back when it returns or panics is
+    /// handed back failed, so the caller's accounting of what is in flight stays whole: a
+    /// request dropped by the store would otherwise keep its buffer claimed for good. Only
+    /// requests lent by this call are passed on to `done`.
+    fn read_stream<'a>(
         &self,
         depth: usize,
-        next: &mut dyn FnMut() -> Option<IoBuf>,
-        done: &mut dyn FnMut(IoBuf, io::Result<usize>),
+        next: &mut dyn FnMut() -> Option<IoBuf<'a>>,
+        done: &mut dyn FnMut(IoBuf<'a>, io::Result<usize>),
     ) {
         // Oldest first: completions come back mostly in order, so the search stays short.
         let lent: RefCell<VecDeque<Lent>> = RefCell::new(VecDeque::new());
@@ -98,25 +100,34 @@ impl Object for Contained {
             }
             r
         };
-        let mut back = |b: IoBuf, got: io::Result<usize>| {
+        let mut back = |b: IoBuf<'a>, got: io::Result<usize>| {
             let mut l = lent.borrow_mut();
-            if let Some(k) = l.iter().position(|x| x.ptr == b.ptr() as usize) {
+            let found = l.iter().position(|x| {
+                x.ptr == b.ptr() as usize && x.len == b.len() && x.offset == b.offset()
+            });
+            if let Some(k) = found {
                 l.remove(k);
+                drop(l);
+                done(b, got);
             }
-            drop(l);
-            done(b, got);
         };
         let r = catch_unwind(AssertUnwindSafe(|| {
             self.0.read_stream(depth, &mut pull, &mut back)
         }));
-        if let Err(p) = r {
-            for x in lent.take() {
-                // SAFETY: the request was lent to the store, which has unwound out of the
-                // call and (by this module's contract) left nothing running on the memory;
-                // the loan goes back to the caller that made it.
-                let b = unsafe { IoBuf::new(x.ptr as *mut u8, x.len, x.offset) };
-                done(b, Err(panicked(&*p)));
-            }
+        let left = lent.take();
+        if left.is_empty() {
+            return;
+        }
+        let why = match &r {
+            Err(p) => panicked(&**p),
+            Ok(()) => io::Error::other("the store neither completed nor failed this request"),
+        };
+        for x in left {
+            // SAFETY: the request was lent to the store, which has returned or unwound out of
+            // the call, and could not keep it past the call (`IoBuf`'s lifetime) nor, by the
+            // trait's contract, leave IO running on it; the loan goes back to its maker.
+            let b = unsafe { IoBuf::new(x.ptr as *mut u8, x.len, x.offset) };
+            done(b, Err(io::Error::new(why.kind(), why.to_string())));
         }
     }
 }

@@ -262,7 +262,7 @@ impl Object for FaultObject {
     }
 
     /// As [`FaultObject::read_batch`], for writes.
-    fn write_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<()>>) {
+    fn write_batch(&self, reqs: &[IoBuf], out: &mut Vec<io::Result<()>>) {
         out.clear();
         if reqs.is_empty() {
             return;
@@ -282,7 +282,7 @@ impl Object for FaultObject {
             pass_at.push(i);
         }
         let mut inner_out = Vec::with_capacity(pass.len());
-        self.inner.write_batch(&mut pass, &mut inner_out);
+        self.inner.write_batch(&pass, &mut inner_out);
         for (i, result) in pass_at.into_iter().zip(inner_out) {
             out[i] = result;
         }
@@ -306,7 +306,7 @@ mod tests {
         (store, obj, mem)
     }
 
-    fn batch(buf: &mut [u8]) -> Vec<IoBuf> {
+    fn batch(buf: &mut [u8]) -> Vec<IoBuf<'_>> {
         buf.chunks_mut(4096)
             .enumerate()
             // SAFETY: disjoint chunks of `buf`, untouched while the batch runs.
@@ -402,14 +402,14 @@ mod tests {
     fn write_batch_faults_per_element() {
         let (store, obj, mem) = setup();
         let mut buf = vec![0xEEu8; 8192];
-        let mut reqs = batch(&mut buf);
+        let reqs = batch(&mut buf);
         let mut out = Vec::new();
         store.config().fail_writes.store(true, Relaxed);
-        obj.write_batch(&mut reqs, &mut out);
+        obj.write_batch(&reqs, &mut out);
         assert!(out.iter().all(|r| r.is_err()));
         assert_eq!(mem.get("obj").unwrap()[0], 0);
         store.config().fail_writes.store(false, Relaxed);
-        obj.write_batch(&mut reqs, &mut out);
+        obj.write_batch(&reqs, &mut out);
         assert!(out.iter().all(|r| r.is_ok()));
         assert!(mem.get("obj").unwrap()[..8192].iter().all(|&b| b == 0xEE));
         assert_eq!(store.config().writes(), 4);
@@ -456,8 +456,8 @@ mod tests {
         fn read_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<usize>>) {
             self.0.read_batch(&mut reqs[..1], out);
         }
-        fn write_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<()>>) {
-            self.0.write_batch(&mut reqs[..1], out);
+        fn write_batch(&self, reqs: &[IoBuf], out: &mut Vec<io::Result<()>>) {
+            self.0.write_batch(&reqs[..1], out);
         }
     }
 
@@ -470,7 +470,7 @@ mod tests {
         let mut buf = vec![0xEEu8; 16384];
         let mut reqs = batch(&mut buf);
         let mut wrote = Vec::new();
-        obj.write_batch(&mut reqs, &mut wrote);
+        obj.write_batch(&reqs, &mut wrote);
         assert!(wrote[0].is_ok());
         assert!(wrote[1..].iter().all(|r| r.is_err()), "{wrote:?}");
         assert_eq!(mem.get("obj").unwrap()[4096], 0, "never written");

@@ -219,11 +219,11 @@ impl Object for FileObject {
     /// One synchronous read per request, each handed back before the next is taken: with
     /// nothing to overlap, batching would only delay the first buffers. (A run of adjacent
     /// buffers already arrives as one request.)
-    fn read_stream(
+    fn read_stream<'a>(
         &self,
         _depth: usize,
-        next: &mut dyn FnMut() -> Option<IoBuf>,
-        done: &mut dyn FnMut(IoBuf, io::Result<usize>),
+        next: &mut dyn FnMut() -> Option<IoBuf<'a>>,
+        done: &mut dyn FnMut(IoBuf<'a>, io::Result<usize>),
     ) {
         while let Some(mut r) = next() {
             let off = r.offset();

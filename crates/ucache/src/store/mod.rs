@@ -20,6 +20,7 @@
 //! ```
 
 use std::io;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 use crate::error::Result;
@@ -76,26 +77,87 @@ pub trait Store: Send + Sync + 'static {
 
 /// One batched request: `len` bytes at `ptr` to or from `offset` of the object.
 ///
-/// Constructed only through [`IoBuf::new`], whose caller promises that the memory is valid and
-/// not accessed by anyone else until the batch call that receives it returns. Stores can
-/// therefore hand `ptr` to the kernel (pread, io_uring) without further checks.
+/// Constructed only through [`IoBuf::new`], whose caller promises that the memory is valid for
+/// the loan. Stores can therefore hand `ptr` to the kernel (pread, io_uring) without further
+/// checks. The lifetime ties a request to the one batch or stream call that lends it: a store
+/// cannot keep it past that call (the cache reuses or unmaps the memory once the call has
+/// returned), nor hand it to another call.
+///
+/// Reads lend requests by value or `&mut` (the store fills them); writes lend them by shared
+/// reference, so a store can read the bytes but not change them, since readers holding shared
+/// pins may be looking at the same bytes during a write-back.
+///
+/// Both rules are the compiler's to enforce. A store that keeps a request does not compile:
+///
+/// ```compile_fail
+/// # use std::io;
+/// # use std::sync::Mutex;
+/// # use ucache::store::{IoBuf, Object};
+/// struct Keeper(Mutex<Vec<IoBuf<'static>>>);
+/// impl Object for Keeper {
+/// #   fn name(&self) -> &str { "keeper" }
+/// #   fn len(&self) -> io::Result<u64> { Ok(0) }
+/// #   fn set_len(&self, _: u64) -> io::Result<()> { Ok(()) }
+/// #   fn read_at(&self, _: &mut [u8], _: u64) -> io::Result<usize> { Ok(0) }
+/// #   fn write_at(&self, _: &[u8], _: u64) -> io::Result<()> { Ok(()) }
+/// #   fn sync(&self) -> io::Result<()> { Ok(()) }
+///     fn read_stream<'a>(
+///         &self,
+///         _: usize,
+///         next: &mut dyn FnMut() -> Option<IoBuf<'a>>,
+///         _: &mut dyn FnMut(IoBuf<'a>, io::Result<usize>),
+///     ) {
+///         if let Some(r) = next() {
+///             self.0.lock().unwrap().push(r); // the loan would outlive the call
+///         }
+///     }
+/// }
+/// ```
+///
+/// Nor does one that writes into a request it is writing back:
+///
+/// ```compile_fail
+/// # use std::io;
+/// # use ucache::store::{IoBuf, Object};
+/// struct Scribbler;
+/// impl Object for Scribbler {
+/// #   fn name(&self) -> &str { "scribbler" }
+/// #   fn len(&self) -> io::Result<u64> { Ok(0) }
+/// #   fn set_len(&self, _: u64) -> io::Result<()> { Ok(()) }
+/// #   fn read_at(&self, _: &mut [u8], _: u64) -> io::Result<usize> { Ok(0) }
+/// #   fn write_at(&self, _: &[u8], _: u64) -> io::Result<()> { Ok(()) }
+/// #   fn sync(&self) -> io::Result<()> { Ok(()) }
+///     fn write_batch(&self, reqs: &[IoBuf], out: &mut Vec<io::Result<()>>) {
+///         reqs[0].as_mut_slice()[0] ^= 1; // readers may hold the same bytes
+///         out.push(Ok(()));
+///     }
+/// }
+/// ```
 #[derive(Debug)]
-pub struct IoBuf {
+pub struct IoBuf<'a> {
     ptr: *mut u8,
     len: usize,
     offset: u64,
+    loan: PhantomData<&'a mut [u8]>,
 }
 
-// SAFETY: an IoBuf is an exclusive loan of memory for the duration of one batch call (see
-// `IoBuf::new`), so moving it to the thread that runs the batch is sound.
-unsafe impl Send for IoBuf {}
+// SAFETY: an IoBuf is a loan of memory for the duration of one batch call (see `IoBuf::new`),
+// so moving it to the thread that runs the batch within that call is sound.
+unsafe impl Send for IoBuf<'_> {}
 
-impl IoBuf {
+impl<'a> IoBuf<'a> {
     /// # Safety
-    /// `ptr..ptr+len` must be valid for reads and writes, and no other code may access it until
-    /// the batch call this request is passed to has returned.
+    /// `ptr..ptr+len` must be valid for reads and writes for `'a`, and no other code may access
+    /// it until the batch call this request is passed to has returned. A request passed only
+    /// by shared reference (to [`Object::write_batch`]) needs only be valid for reads, and
+    /// others may read it meanwhile but not write it.
     pub unsafe fn new(ptr: *mut u8, len: usize, offset: u64) -> Self {
-        IoBuf { ptr, len, offset }
+        IoBuf {
+            ptr,
+            len,
+            offset,
+            loan: PhantomData,
+        }
     }
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
@@ -111,11 +173,12 @@ impl IoBuf {
     }
     /// The memory as a slice for the duration of the batch call.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: the constructor's contract makes this an exclusive, valid loan.
+        // SAFETY: a request reachable by `&mut` was lent for reading into, exclusively
+        // (the constructor's contract).
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: as above.
+        // SAFETY: valid for reads, and nobody writes it during the call.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
@@ -170,11 +233,14 @@ pub trait Object: Send + Sync + 'static {
     ///
     /// The default pulls up to `depth` requests at a time and reads them as one
     /// [`Object::read_batch`]. `done` must not start another batch or stream on this thread.
-    fn read_stream(
+    ///
+    /// Every request pulled from `next` must go back through `done` before the call returns;
+    /// one that does not is failed by the cache, which then reclaims its memory.
+    fn read_stream<'a>(
         &self,
         depth: usize,
-        next: &mut dyn FnMut() -> Option<IoBuf>,
-        done: &mut dyn FnMut(IoBuf, io::Result<usize>),
+        next: &mut dyn FnMut() -> Option<IoBuf<'a>>,
+        done: &mut dyn FnMut(IoBuf<'a>, io::Result<usize>),
     ) {
         let depth = depth.max(1);
         let mut reqs = Vec::with_capacity(depth);
@@ -200,8 +266,9 @@ pub trait Object: Send + Sync + 'static {
         }
     }
 
-    /// Writes a batch; `out[i]` receives the result of `reqs[i]`.
-    fn write_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<()>>) {
+    /// Writes a batch; `out[i]` receives the result of `reqs[i]`. The requests are lent by
+    /// shared reference: others may be reading the same bytes meanwhile.
+    fn write_batch(&self, reqs: &[IoBuf], out: &mut Vec<io::Result<()>>) {
         out.clear();
         for r in reqs.iter() {
             out.push(self.write_at(r.as_slice(), r.offset()));

@@ -175,12 +175,12 @@ impl UringObject {
     }
 
     /// Runs a stream of tagged requests through this thread's ring (see [`Stream::run`]).
-    fn stream(
+    fn stream<'a>(
         &self,
         op: Op,
         depth: usize,
-        next: &mut dyn FnMut() -> Option<(usize, IoBuf)>,
-        done: &mut dyn FnMut(usize, IoBuf, io::Result<usize>),
+        next: &mut dyn FnMut() -> Option<(usize, IoBuf<'a>)>,
+        done: &mut dyn FnMut(usize, IoBuf<'a>, io::Result<usize>),
     ) {
         let ctx = Stream {
             file: &self.file,
@@ -239,11 +239,11 @@ impl Object for UringObject {
         out.extend(self.batch(Op::Read, reqs));
     }
 
-    fn read_stream(
+    fn read_stream<'a>(
         &self,
         depth: usize,
-        next: &mut dyn FnMut() -> Option<IoBuf>,
-        done: &mut dyn FnMut(IoBuf, io::Result<usize>),
+        next: &mut dyn FnMut() -> Option<IoBuf<'a>>,
+        done: &mut dyn FnMut(IoBuf<'a>, io::Result<usize>),
     ) {
         self.stream(
             Op::Read,
@@ -253,7 +253,7 @@ impl Object for UringObject {
         );
     }
 
-    fn write_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<()>>) {
+    fn write_batch(&self, reqs: &[IoBuf], out: &mut Vec<io::Result<()>>) {
         out.clear();
         if !self.file.is_writable() {
             // Same error as `write_at`, without a trip through the kernel.
@@ -334,9 +334,9 @@ struct Stream<'a> {
 }
 
 /// A request taken from the caller: its tag, its memory, and the bytes transferred so far.
-struct Slot {
+struct Slot<'a> {
     tag: usize,
-    req: IoBuf,
+    req: IoBuf<'a>,
     done: usize,
 }
 
@@ -347,12 +347,12 @@ impl Stream<'_> {
     /// now and a request after the next completion; the stream ends when it returns `None` with
     /// nothing in flight. Returns whether the ring broke; every request taken from `next` has
     /// been handed back either way (failed, if the ring broke under it).
-    fn run(
+    fn run<'a>(
         &self,
         ring: &mut IoUring,
         depth: usize,
-        next: &mut dyn FnMut() -> Option<(usize, IoBuf)>,
-        done: &mut dyn FnMut(usize, IoBuf, io::Result<usize>),
+        next: &mut dyn FnMut() -> Option<(usize, IoBuf<'a>)>,
+        done: &mut dyn FnMut(usize, IoBuf<'a>, io::Result<usize>),
     ) -> bool {
         let cap = (ring.params().sq_entries() as usize).min(depth.max(1));
         let mut slots: Vec<Option<Slot>> = Vec::with_capacity(cap);
@@ -614,7 +614,7 @@ mod tests {
     }
 
     /// One request per 4 KiB block of `buf`, covering `blocks` at `first_block`.
-    fn requests(buf: &mut AlignedBuf, first_block: u64) -> Vec<IoBuf> {
+    fn requests(buf: &mut AlignedBuf, first_block: u64) -> Vec<IoBuf<'_>> {
         let n = buf.len() / 4096;
         (0..n)
             .map(|i| {
@@ -784,9 +784,9 @@ mod tests {
         for (i, b) in buf.iter_mut().enumerate() {
             *b = pattern(i);
         }
-        let mut reqs = requests(&mut buf, 0);
+        let reqs = requests(&mut buf, 0);
         let mut out = Vec::new();
-        o.write_batch(&mut reqs, &mut out);
+        o.write_batch(&reqs, &mut out);
         assert_eq!(out.len(), 96);
         assert!(out.iter().all(|r| r.is_ok()));
         o.sync().unwrap();
@@ -860,9 +860,9 @@ mod tests {
         std::fs::write(&path, [5u8; 8192]).unwrap();
         let o = store.open_file(&path, OpenOptions::read_only()).unwrap();
         let mut buf = AlignedBuf::new(8192);
-        let mut reqs = requests(&mut buf, 0);
+        let reqs = requests(&mut buf, 0);
         let mut out = Vec::new();
-        o.write_batch(&mut reqs, &mut out);
+        o.write_batch(&reqs, &mut out);
         assert_eq!(out.len(), 2);
         for r in out {
             assert_eq!(r.unwrap_err().kind(), io::ErrorKind::PermissionDenied);
