@@ -3,7 +3,8 @@
 # checks every memory access for undefined behaviour and every atomic access for data races
 # (with weak-memory emulation): the buffer state word and its waiters, CLOCK and its resident
 # set, the global policy, the lock-free readahead detector and the other prefetchers, the
-# statistics, the record of what a thread holds, and the containment of a panicking store.
+# statistics, the record of what a thread holds, the containment of a panicking store, and the
+# ordering of an exclusive holder's stores against optimistic readers.
 # Code that maps memory or does IO is beyond Miri; scripts/memcheck.sh runs it under valgrind
 # instead.
 # Installs the pinned nightly with miri if it is missing (pinned, so that a new nightly cannot
@@ -15,4 +16,4 @@ if ! cargo +"$toolchain" miri --version >/dev/null 2>&1; then
   rustup toolchain install "$toolchain" --profile minimal --component miri,rust-src
 fi
 cargo +"$toolchain" miri test -p ucache --lib -- state:: policy::resident policy::clock policy::global \
-  policy::prefetch stats:: held:: store::contained
+  policy::prefetch stats:: held:: store::contained guard::

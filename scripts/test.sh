@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every test of the project: unit, integration, doc tests, the shuttle model check of the
 # buffer protocol (a separate build, since it swaps the state word's atomics for shuttle's), the
-# unsafe code under valgrind (memcheck.sh), the lock-free structures under Miri (miri.sh), and
-# the S3 tests against a SeaweedFS server started here (scripts/s3-server.sh) and stopped on
+# unsafe code under valgrind (memcheck.sh), the lock-free structures under Miri (miri.sh), the
+# explicit-mode tests under ThreadSanitizer (tsan.sh), and the S3 tests against a SeaweedFS server started here (scripts/s3-server.sh) and stopped on
 # exit, failure included. UCACHE_S3_REQUIRED=1 makes a missing server fail the S3 tests
 # instead of skipping them.
 set -euo pipefail
@@ -29,3 +29,4 @@ cargo test --workspace --doc
 cargo test -p ucache --features shuttle --test model
 bash scripts/memcheck.sh
 bash scripts/miri.sh
+bash scripts/tsan.sh
