@@ -193,10 +193,16 @@ impl Stats {
     }
 
     pub(crate) fn record_miss_latency(&self, d: Duration) {
+        self.record_miss_latencies(d, 1);
+    }
+
+    /// Records `n` misses that each took `d`: the buffers of one batch, which its caller
+    /// waited for together.
+    pub(crate) fn record_miss_latencies(&self, d: Duration, n: u64) {
         let ns = d.as_nanos().max(1) as u64;
         let b = (63 - ns.leading_zeros() as usize).min(LATENCY_BUCKETS - 1);
         let (s, owned) = self.shard();
-        Self::bump(&s.miss_ns[b], 1, owned);
+        Self::bump(&s.miss_ns[b], n, owned);
     }
 }
 

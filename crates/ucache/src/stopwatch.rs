@@ -14,6 +14,7 @@
 //! miss that evicts a batch.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::stats::{Counter, Stats};
@@ -22,15 +23,24 @@ use crate::stats::{Counter, Stats};
 pub(crate) const SAMPLE_EVERY: u32 = 16;
 
 thread_local! {
-    /// xorshift32 state; odd so it never sticks at zero.
-    static DRAW: Cell<u32> = const { Cell::new(0x9E37_79B9) };
+    /// xorshift32 state; 0 until the thread's first draw seeds it.
+    static DRAW: Cell<u32> = const { Cell::new(0) };
 }
+
+/// Seeds for the threads' draws: a Weyl sequence, so every thread starts at a different
+/// point. With one seed for all, every thread timed the same positions of its own faults
+/// (its 7th, 64th, ...), and a thread that faulted six times or fewer was never timed.
+static SEEDS: AtomicU32 = AtomicU32::new(0x9E37_79B9);
 
 /// Whether to time this fault: true about once in [`SAMPLE_EVERY`] calls on each thread.
 #[inline]
 pub(crate) fn sampled() -> bool {
     DRAW.with(|d| {
         let mut x = d.get();
+        if x == 0 {
+            // Odd, so xorshift never reaches 0. An atomic add: safe in the SIGBUS handler.
+            x = SEEDS.fetch_add(0x9E37_79B9, Ordering::Relaxed) | 1;
+        }
         x ^= x << 13;
         x ^= x >> 17;
         x ^= x << 5;

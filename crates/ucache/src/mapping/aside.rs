@@ -276,6 +276,9 @@ impl MappingCore {
         if r.is_err() {
             // Installing failed (out of memory?); read it as a miss would, budget still held.
             if let Err(e) = self.read_claimed(i, dirty, sw) {
+                // Evicted for good now: the policy, which still held it (a set-aside buffer
+                // stays resident to the policy), lets go of it as of any eviction.
+                self.policy.on_evict(i);
                 self.fail_load(i);
                 return Err(e);
             }

@@ -152,7 +152,7 @@ impl MappingCore {
         );
         st.add(Counter::BytesRead, ok * self.bs as u64);
         if !prefetched && ok > 0 {
-            st.record_miss_latency(t0.elapsed());
+            st.record_miss_latencies(t0.elapsed(), ok);
         }
         first.map_or(Ok(()), Err)
     }

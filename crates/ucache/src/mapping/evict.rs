@@ -61,11 +61,16 @@ impl MappingCore {
         let mut dirty = Vec::new();
         let mut cancels = 0u64;
         for &i in cands {
+            let s = self.state(i);
+            if s.load().phase() == Phase::Evicted {
+                // Nothing to evict (an explicit range, or unmap's pass over every buffer): no
+                // candidate, so no cancelled eviction either.
+                continue;
+            }
             if !explicit && !self.policy.is_evictable(i) {
                 cancels += 1;
                 continue;
             }
-            let s = self.state(i);
             let w = s.load();
             if w.dirty() {
                 if self.writable && self.claim_writeback(i) {

@@ -10,6 +10,7 @@ use std::cell::RefCell;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::batch::STAGING_BYTES;
 use super::{with_staging, MappingCore};
@@ -75,6 +76,8 @@ impl MappingCore {
         let me = self.addr();
         // Reads in flight, and an index whose claim waits for memory those reads will free.
         let in_flight = std::cell::Cell::new(0usize);
+        // When each read in flight was issued, for the miss-latency histogram.
+        let issued: RefCell<Vec<(u64, Instant)>> = RefCell::new(Vec::with_capacity(depth));
         let mut retry: Option<u64> = None;
         let mut pull = || -> Option<IoBuf> {
             while failed.borrow().is_none() && panicked.borrow().is_none() {
@@ -109,6 +112,7 @@ impl MappingCore {
                 match step {
                     Ok(Step::Claimed) => {
                         in_flight.set(in_flight.get() + 1);
+                        issued.borrow_mut().push((i, Instant::now()));
                         // Until its read lands, a pin of i from `f` would wait on this thread.
                         held::hold(me, i, Hold::Streaming);
                         // SAFETY: buffer i is Loading and ours until the store hands it back.
@@ -136,8 +140,17 @@ impl MappingCore {
             in_flight.set(in_flight.get() - 1);
             let i = (req.offset() - self.offset) >> self.shift;
             held::release(me, i, Hold::Streaming);
+            let since = {
+                let mut v = issued.borrow_mut();
+                v.iter()
+                    .position(|&(j, _)| j == i)
+                    .map(|k| v.swap_remove(k).1)
+            };
             match self.finish_load(i, req.ptr(), got, false, Pin::Shared) {
                 Ok(()) => {
+                    if let Some(t) = since {
+                        st.record_miss_latency(t.elapsed());
+                    }
                     st.add(Counter::Misses, 1);
                     st.add(Counter::BytesRead, self.bs as u64);
                     // SAFETY: published with our shared pin, which the guard now owns.

@@ -1,0 +1,140 @@
+//! The statistics say what their docs promise: every miss is in the latency histogram, a
+//! cancelled eviction is a candidate that was pinned, dirty or vetoed, and the fault profile
+//! samples every thread's faults at random.
+
+use std::sync::Arc;
+
+use ucache::store::MemoryStore;
+use ucache::{Cache, CacheOptions, MapOptions};
+
+mod common;
+use common::within;
+
+const BS: usize = 4096;
+
+fn store(name: &str, buffers: usize) -> Arc<MemoryStore> {
+    let s = MemoryStore::new();
+    s.insert(
+        name,
+        (0..buffers * BS)
+            .map(|i| (i / BS) as u8)
+            .collect::<Vec<u8>>(),
+    );
+    Arc::new(s)
+}
+
+fn histogram_total(s: &ucache::StatsSnapshot) -> u64 {
+    s.miss_latency.iter().sum()
+}
+
+/// Every miss is one sample of the latency histogram, whether it was loaded alone, in a batch
+/// (`ensure_cached`, one sample per buffer) or in a stream (`pin_each`, timed from its read's
+/// issue).
+#[test]
+fn the_miss_latency_histogram_counts_every_miss() {
+    within(30, "loads", || {
+        let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(2)).unwrap();
+        let m = cache.map(store("o", 64), "o", MapOptions::new()).unwrap();
+
+        let before = cache.stats();
+        m.ensure_cached(0, 16 * BS as u64).unwrap();
+        let after = cache.stats();
+        let misses = after.misses - before.misses;
+        let samples = histogram_total(&after) - histogram_total(&before);
+        assert_eq!(misses, 16);
+        assert_eq!(
+            samples, misses,
+            "ensure_cached: {misses} misses, {samples} latency samples"
+        );
+
+        let before = cache.stats();
+        m.pin_each(16..32, 4, |_, _| {}).unwrap();
+        let after = cache.stats();
+        let misses = after.misses - before.misses;
+        let samples = histogram_total(&after) - histogram_total(&before);
+        assert_eq!(misses, 16);
+        assert_eq!(
+            samples, misses,
+            "pin_each: {misses} misses, {samples} latency samples"
+        );
+    });
+}
+
+/// Buffers that are not resident are no eviction candidates, so an explicit `evict` of a range
+/// or an `unmap` that passes over them cancels no eviction.
+#[test]
+fn evicting_buffers_that_are_not_resident_cancels_nothing() {
+    within(30, "evict", || {
+        let cache = Cache::new(
+            CacheOptions::new(64 * BS as u64)
+                .batch(2)
+                .background_eviction(false),
+        )
+        .unwrap();
+        let m = cache.map(store("o", 64), "o", MapOptions::new()).unwrap();
+        drop(m.pin_shared(5).unwrap());
+
+        let before = cache.stats();
+        m.evict(0, m.len()).unwrap();
+        let after = cache.stats();
+        assert_eq!(after.evictions - before.evictions, 1);
+        assert_eq!(
+            after.eviction_cancels - before.eviction_cancels,
+            0,
+            "nothing was pinned, dirty or vetoed: explicit evict of 64 buffers, 1 resident"
+        );
+
+        drop(m.pin_shared(9).unwrap());
+        let before = cache.stats();
+        m.unmap().unwrap();
+        let after = cache.stats();
+        assert_eq!(after.evictions - before.evictions, 1);
+        assert_eq!(
+            after.eviction_cancels - before.eviction_cancels,
+            0,
+            "nothing was pinned, dirty or vetoed: unmap of 64 buffers, 1 resident"
+        );
+    });
+}
+
+/// The fault profile draws its one-in-16 sample at random on every thread, short-lived ones
+/// included: with one seed for all, every thread timed the same positions of its own faults
+/// (its 7th, 64th, ...), so 40 threads of 6 faults each timed none. At one in 16 at random,
+/// all 240 untimed has a probability of 2e-7.
+#[test]
+fn fault_profile_samples_the_faults_of_short_lived_threads() {
+    within(60, "faults", || {
+        const THREADS: usize = 40;
+        const PER: usize = 6;
+        let n = THREADS * PER;
+        let cache =
+            Cache::new(CacheOptions::new(2 * n as u64 * BS as u64).profile_faults(true)).unwrap();
+        let m = cache
+            .map(
+                store("o", n),
+                "o",
+                MapOptions::new().transparent(true).readahead(false),
+            )
+            .unwrap();
+        let base = m.as_ptr() as usize;
+        for t in 0..THREADS {
+            std::thread::spawn(move || {
+                for k in 0..PER {
+                    let i = t * PER + k;
+                    // SAFETY: inside the mapping, which outlives these joined threads.
+                    let b = unsafe { std::ptr::read_volatile((base + i * BS + 1) as *const u8) };
+                    assert_eq!(b, i as u8);
+                }
+            })
+            .join()
+            .unwrap();
+        }
+        let st = cache.stats();
+        assert_eq!(st.faults, n as u64, "{st:?}");
+        assert!(
+            st.faults_timed > 0,
+            "{} faults, none timed: every thread draws the same sequence",
+            st.faults
+        );
+    });
+}
