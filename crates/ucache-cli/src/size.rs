@@ -36,8 +36,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         return Err(format!("'{s}' is not a size"));
     }
     let frac = frac.trim_end_matches('0');
-    // 25 digits times the largest unit (2^40) stays within u128.
-    if frac.len() > 25 {
+    // 10^26 times the largest unit (2^40) stays within u128.
+    if frac.len() > 26 {
         return Err(format!("'{s}': too many decimal places"));
     }
     let too_large = || format!("'{s}' is too large");
@@ -123,6 +123,7 @@ mod tests {
         assert_eq!(parse_size("0.5K").unwrap(), 512);
         assert_eq!(parse_size(".25M").unwrap(), 1 << 18);
         assert_eq!(parse_size("1.000G").unwrap(), 1 << 30);
+        assert_eq!(parse_size("0.00000001490116119384765625T").unwrap(), 16384);
         assert!(parse_size("1.00000000000000001G").is_err());
         assert!(parse_size("0.1K").is_err());
     }

@@ -117,15 +117,32 @@ impl ChunkedObject {
                 "chunk size {chunk_size} must be a positive multiple of 4096"
             )));
         }
-        let manifest = root.clone().join("manifest");
-        let got = rt.block_on(async {
-            match client.get(&manifest).await {
-                Ok(r) => r.bytes().await.map(Some),
-                Err(object_store::Error::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e),
+        let manifest_at = |root: &Path| {
+            let manifest = root.clone().join("manifest");
+            rt.block_on(async {
+                match client.get(&manifest).await {
+                    Ok(r) => r.bytes().await.map(Some),
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .map_err(|e| open_error(&name, "manifest", e))
+        };
+        let mut root = root;
+        let mut got = manifest_at(&root)?;
+        if got.is_none() {
+            // Until 2026-11-25 the keys were built with `Path::from`, which percent-encodes
+            // `~`, `[`, `%` and the like: a prefix written then lives under that spelling, and
+            // stays there, rather than look missing (or be created again, empty).
+            let legacy = Path::from(prefix.as_str());
+            if legacy != root {
+                if let Some(b) = manifest_at(&legacy)? {
+                    root = legacy;
+                    got = Some(b);
+                }
             }
-        });
-        let (len, chunk_size, fresh) = match got.map_err(|e| open_error(&name, "manifest", e))? {
+        }
+        let (len, chunk_size, fresh) = match got {
             Some(b) => {
                 let (l, cs) = parse_manifest(&b).ok_or_else(|| {
                     Error::BadArgument(format!("{name}: manifest is not a ucache chunk manifest"))

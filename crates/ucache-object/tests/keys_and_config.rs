@@ -5,10 +5,14 @@
 mod common;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::time::Duration;
 
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutPayload};
 use ucache::store::{Object, OpenOptions, Store};
 use ucache::Error;
+use ucache::{Cache, CacheOptions, MapOptions};
 use ucache_object::{S3Config, S3Object, S3Store};
 
 use common::{config, data, endpoint, unique, Plain};
@@ -194,4 +198,91 @@ fn chunked_prefixes_are_spelled_as_given() {
         .expect("the chunk under the prefix as spelled");
     assert_eq!(chunk[..4096], data(4096, 5)[..]);
     assert!(plain.get(&format!("{prefix}/manifest")).is_some());
+}
+
+/// Keys with spaces and non-ASCII characters still open (they needed no encoding before).
+#[test]
+fn keys_with_spaces_and_unicode_still_open() {
+    let Some(ep) = endpoint("keys_with_spaces_and_unicode_still_open") else {
+        return;
+    };
+    let store = S3Store::new(config(&ep, "")).unwrap();
+    for tag in [" with space", "-ünïcødé-日本", "/dir with space/x y"] {
+        let key = format!("{}{tag}", unique("k"));
+        Plain::new(&ep).put(&key, data(4096, 7));
+        let o = store
+            .open_object(&key)
+            .unwrap_or_else(|e| panic!("'{key}': {e}"));
+        assert_eq!(o.len().unwrap(), 4096, "{key}");
+    }
+}
+
+/// A chunked prefix given with a trailing `/` (or several) is the same prefix as without.
+#[test]
+fn a_chunked_prefix_with_a_trailing_slash_still_opens() {
+    let Some(ep) = endpoint("a_chunked_prefix_with_a_trailing_slash_still_opens") else {
+        return;
+    };
+    let store = Arc::new(S3Store::chunked(config(&ep, ""), 1 << 20).unwrap());
+    let prefix = unique("slash");
+    {
+        let c = Cache::new(CacheOptions::new(16 << 20)).unwrap();
+        let m = c
+            .map(
+                store.clone(),
+                &format!("{prefix}/"),
+                MapOptions::new().create(true).len(1 << 20),
+            )
+            .unwrap();
+        m.pin_exclusive(0).unwrap()[..3].copy_from_slice(b"abc");
+        m.msync(0, 1 << 20).unwrap();
+    }
+    let o = store
+        .open_chunked(&format!("{prefix}//"), OpenOptions::read_write())
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    o.read_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[..3], b"abc");
+}
+
+/// A chunked prefix holding a character that `Path::from` percent-encodes, written before keys
+/// were spelled verbatim, lives under the encoded spelling (`p%7E1/manifest`, ...): it is still
+/// found under its name, not reported missing (or created again, empty).
+#[test]
+fn a_chunked_prefix_written_under_the_old_spelling_is_still_found() {
+    let Some(ep) = endpoint("a_chunked_prefix_written_under_the_old_spelling_is_still_found")
+    else {
+        return;
+    };
+    let base = unique("legacy");
+    let prefix = format!("{base}~1");
+    let plain = Plain::new(&ep);
+    // Exactly the old code's calls: `Path::from(format!("{prefix}/manifest"))` and
+    // `Path::from(chunk_key(0))`, through an object_store client of the same configuration.
+    let client = config(&ep, "").build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut chunk = vec![0u8; 1 << 20];
+    chunk[..4096].copy_from_slice(&data(4096, 9));
+    for (key, bytes) in [
+        (
+            format!("{prefix}/manifest"),
+            b"ucache-chunked 1\nlength 4096\nchunk_size 1048576\n".to_vec(),
+        ),
+        (format!("{prefix}/00000000"), chunk),
+    ] {
+        rt.block_on(client.put(&Path::from(key.as_str()), PutPayload::from(bytes)))
+            .unwrap();
+    }
+    // Where that put them: under the encoded spelling.
+    assert!(plain.get(&format!("{base}%7E1/manifest")).is_some());
+    let store = S3Store::chunked(config(&ep, ""), 1 << 20).unwrap();
+    let o = store
+        .open_chunked(&format!("{base}~1"), OpenOptions::read_write())
+        .unwrap_or_else(|e| panic!("the prefix written under the old spelling is gone: {e}"));
+    let mut buf = vec![0u8; 4096];
+    o.read_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, data(4096, 9));
 }

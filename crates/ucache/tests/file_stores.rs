@@ -314,7 +314,7 @@ fn uring_write_back_works_after_the_threads_rings_are_gone() {
         eprintln!("no io_uring here: skipped");
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let path = dir.path().join("tls");
     std::fs::write(&path, vec![0u8; 8 * BS]).unwrap();
     thread_local! {
@@ -351,7 +351,7 @@ fn uring_write_back_works_after_the_threads_rings_are_gone() {
 /// symlink too, whose target is created, with every store.
 #[test]
 fn create_makes_new_files_and_symlink_targets() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     for (name, store) in stores() {
         let target = dir.path().join(format!("{name}-target"));
         let link = dir.path().join(format!("{name}-link"));

@@ -22,6 +22,7 @@ pub mod workload;
 pub mod zipf;
 
 use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -649,6 +650,7 @@ fn run_worker(
     if let Some(r) = record {
         cmd.arg("--record").arg(r);
     }
+    let oom_before = cgroup.and_then(cgroup::oom_kills).unwrap_or(0);
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -688,7 +690,11 @@ fn run_worker(
     let out = out.join().unwrap_or_default();
     let err = err.join().unwrap_or_default();
     if !status.success() {
-        if cgroup.and_then(cgroup::oom_kills).is_some_and(|n| n > 0) {
+        // The group serves every run of the bench, so its count is compared with the one
+        // before this run, and only a kill (SIGKILL) is blamed on it.
+        let oom_killed = status.signal() == Some(libc::SIGKILL)
+            && cgroup.and_then(cgroup::oom_kills).unwrap_or(0) > oom_before;
+        if oom_killed {
             return Err(format!(
                 "worker was killed by its memory cgroup's OOM killer: --memory {} is less than \
                  the process itself needs besides the page cache (a few MiB)",
@@ -703,4 +709,53 @@ fn run_worker(
         .find(|l| l.starts_with('{'))
         .ok_or_else(|| format!("worker printed no result; stderr: {}", err.trim()))?;
     serde_json::from_str(line).map_err(|e| format!("bad worker output ({e}): {line}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use clap::Parser;
+
+    use super::system::{SystemKind, SystemRow};
+    use super::{run_worker, BenchArgs};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    /// One memory cgroup serves every run of a bench, and its `oom_kill` count only grows: a
+    /// later worker that fails for its own reason (here it exits 101 with an error on stderr) is
+    /// reported with that error, not as killed by the OOM killer.
+    #[test]
+    fn only_a_kill_during_the_run_is_blamed_on_the_oom_killer() {
+        let cg = tempfile::tempdir().unwrap();
+        // memory.events of the bench's cgroup after an earlier run of this invocation was killed.
+        std::fs::write(
+            cg.path().join("memory.events"),
+            "low 0\nhigh 0\nmax 40\noom 1\noom_kill 1\noom_group_kill 0\n",
+        )
+        .unwrap();
+        let args = Cli::try_parse_from(["t", "lookup", "--seconds", "1", "--warmup", "0"])
+            .unwrap()
+            .bench;
+        let row = SystemRow::plain(SystemKind::RawPsync);
+        // The worker is `current_exe() bench-worker ...`: under `cargo test` that is this test
+        // binary, which rejects the worker's options and exits 101 with a message on stderr.
+        let e = run_worker(
+            &args,
+            &row,
+            Path::new("/nonexistent-data-file"),
+            Some(cg.path()),
+            None,
+            |_| {},
+        )
+        .unwrap_err();
+        assert!(
+            !e.contains("OOM"),
+            "a worker that exited with an error was reported as OOM-killed: {e}"
+        );
+    }
 }
