@@ -8,24 +8,12 @@ use std::time::Instant;
 
 use ucache::policy::{Buffers, Clock, GlobalPolicy, Layout, MappingUsage, Policy};
 use ucache::state::Phase;
-use ucache::store::MemoryStore;
 use ucache::{Cache, CacheOptions, MapOptions};
 
 mod common;
-use common::within;
+use common::{pattern_store as store, within};
 
 const BS: usize = 4096;
-
-fn store(name: &str, buffers: usize) -> Arc<MemoryStore> {
-    let s = MemoryStore::new();
-    s.insert(
-        name,
-        (0..buffers * BS)
-            .map(|i| (i / BS) as u8)
-            .collect::<Vec<u8>>(),
-    );
-    Arc::new(s)
-}
 
 fn tracked() -> MapOptions {
     MapOptions::new()

@@ -2,26 +2,12 @@
 //! cancelled eviction is a candidate that was pinned, dirty or vetoed, and the fault profile
 //! samples every thread's faults at random.
 
-use std::sync::Arc;
-
-use ucache::store::MemoryStore;
 use ucache::{Cache, CacheOptions, MapOptions};
 
 mod common;
-use common::within;
+use common::{pattern_store as store, within};
 
 const BS: usize = 4096;
-
-fn store(name: &str, buffers: usize) -> Arc<MemoryStore> {
-    let s = MemoryStore::new();
-    s.insert(
-        name,
-        (0..buffers * BS)
-            .map(|i| (i / BS) as u8)
-            .collect::<Vec<u8>>(),
-    );
-    Arc::new(s)
-}
 
 fn histogram_total(s: &ucache::StatsSnapshot) -> u64 {
     s.miss_latency.iter().sum()
@@ -36,27 +22,22 @@ fn the_miss_latency_histogram_counts_every_miss() {
         let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(2)).unwrap();
         let m = cache.map(store("o", 64), "o", MapOptions::new()).unwrap();
 
-        let before = cache.stats();
-        m.ensure_cached(0, 16 * BS as u64).unwrap();
-        let after = cache.stats();
-        let misses = after.misses - before.misses;
-        let samples = histogram_total(&after) - histogram_total(&before);
-        assert_eq!(misses, 16);
+        // The misses that `load` made, and the latency samples it added.
+        let count = |load: &dyn Fn()| {
+            let before = cache.stats();
+            load();
+            let after = cache.stats();
+            let samples = histogram_total(&after) - histogram_total(&before);
+            (after.misses - before.misses, samples)
+        };
+        let batched = count(&|| m.ensure_cached(0, 16 * BS as u64).unwrap());
         assert_eq!(
-            samples, misses,
-            "ensure_cached: {misses} misses, {samples} latency samples"
+            batched,
+            (16, 16),
+            "ensure_cached: (misses, latency samples)"
         );
-
-        let before = cache.stats();
-        m.pin_each(16..32, 4, |_, _| {}).unwrap();
-        let after = cache.stats();
-        let misses = after.misses - before.misses;
-        let samples = histogram_total(&after) - histogram_total(&before);
-        assert_eq!(misses, 16);
-        assert_eq!(
-            samples, misses,
-            "pin_each: {misses} misses, {samples} latency samples"
-        );
+        let streamed = count(&|| m.pin_each(16..32, 4, |_, _| {}).unwrap());
+        assert_eq!(streamed, (16, 16), "pin_each: (misses, latency samples)");
     });
 }
 

@@ -1,6 +1,9 @@
 //! What several integration tests share.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use ucache::store::MemoryStore;
 
 /// Runs `f` on its own thread and returns what it returns, failing the test (naming `what`)
 /// if it has not finished within `secs`: a regression in these tests is a hang, which must not
@@ -21,4 +24,18 @@ pub fn within<T: Send + 'static>(
         Ok(Err(p)) => std::panic::resume_unwind(p),
         Err(_) => panic!("{what}: hung for {secs} s"),
     }
+}
+
+/// A store holding object `name` of `buffers` 4 KiB buffers, every byte of buffer `i` holding
+/// `i` (mod 256), so a misplaced buffer shows.
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn pattern_store(name: &str, buffers: usize) -> Arc<MemoryStore> {
+    let s = MemoryStore::new();
+    s.insert(
+        name,
+        (0..buffers * 4096)
+            .map(|i| (i / 4096) as u8)
+            .collect::<Vec<u8>>(),
+    );
+    Arc::new(s)
 }
