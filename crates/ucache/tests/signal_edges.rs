@@ -118,15 +118,19 @@ fn fault_in_a_thread_local_destructor_is_served() {
             )
             .unwrap();
         let base = m.as_ptr() as usize;
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                // Registered before this thread's first fault, so destroyed after AREA.
-                T.with(|t| t.borrow_mut().0 = base);
-                // This thread's first fault: registers the staging area.
-                assert_eq!(read(base as *const u8), 0);
-                m.evict(0, BS as u64).unwrap();
-            });
-        });
+        let m = Arc::new(m);
+        let mt = m.clone();
+        // `join`, not a scope: a scope returns once the thread's closure has, which may be
+        // before its thread-local destructors run, and the exit below would cut them short.
+        std::thread::spawn(move || {
+            // Registered before this thread's first fault, so destroyed after AREA.
+            T.with(|t| t.borrow_mut().0 = base);
+            // This thread's first fault: registers the staging area.
+            assert_eq!(read(base as *const u8), 0);
+            mt.evict(0, BS as u64).unwrap();
+        })
+        .join()
+        .unwrap();
         println!("thread exited");
         std::process::exit(0);
     }
