@@ -9,22 +9,26 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use ucache::store::{IoBuf, Object, OpenOptions};
-use ucache_object::S3Store;
+use ucache_object::{ChunkedObject, S3Store};
 
 use common::{config, data, endpoint, unique, OwnServer, Plain};
 
 const CS: u64 = 16 << 10;
 
-/// A prefix laid out by hand: a manifest saying `len`/`CS`, and chunk 0 holding `chunk0`.
-fn hand_made_prefix(ep: &str, len: u64, chunk0: Vec<u8>) -> String {
-    let prefix = unique("review-short");
+/// A prefix laid out by hand (a manifest saying `len`/`CS`, and chunk 0 holding `chunk0`),
+/// opened read-only.
+fn hand_made(ep: &str, len: u64, chunk0: Vec<u8>) -> Arc<ChunkedObject> {
+    let prefix = unique("short-chunk");
     let plain = Plain::new(ep);
     plain.put(
         &format!("{prefix}/manifest"),
         format!("ucache-chunked 1\nlength {len}\nchunk_size {CS}\n").into_bytes(),
     );
     plain.put(&format!("{prefix}/00000000"), chunk0);
-    prefix
+    S3Store::chunked(config(ep, ""), CS)
+        .unwrap()
+        .open_chunked(&prefix, OpenOptions::read_only())
+        .unwrap()
 }
 
 /// A coalesced ranged GET answered with fewer bytes than asked (a chunk object shorter than
@@ -35,11 +39,7 @@ fn a_short_chunk_fails_a_coalesced_read_without_a_panic() {
     let Some(ep) = endpoint("a_short_chunk_fails_a_coalesced_read_without_a_panic") else {
         return;
     };
-    let prefix = hand_made_prefix(&ep, CS, data(5000, 1));
-    let store = S3Store::chunked(config(&ep, ""), CS).unwrap();
-    let o = store
-        .open_chunked(&prefix, OpenOptions::read_only())
-        .unwrap();
+    let o = hand_made(&ep, CS, data(5000, 1));
     let mut mem = vec![0u8; CS as usize];
     let base = mem.as_mut_ptr();
     let r = catch_unwind(AssertUnwindSafe(|| {
@@ -64,11 +64,7 @@ fn a_short_chunk_is_an_error_not_zeros() {
     let Some(ep) = endpoint("a_short_chunk_is_an_error_not_zeros") else {
         return;
     };
-    let prefix = hand_made_prefix(&ep, CS, data(5000, 2));
-    let store = S3Store::chunked(config(&ep, ""), CS).unwrap();
-    let o = store
-        .open_chunked(&prefix, OpenOptions::read_only())
-        .unwrap();
+    let o = hand_made(&ep, CS, data(5000, 2));
     let mut buf = vec![0xAAu8; CS as usize];
     let r = o.read_at(&mut buf, 0);
     assert!(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ucache::store::MemoryStore;
-use ucache::{Cache, CacheOptions, MapOptions};
+use ucache::{Cache, CacheOptions, MapOptions, Mapping};
 
 const BS: usize = 4096;
 const CHILD: &str = "UCACHE_REVIEW_SIG_CHILD";
@@ -28,6 +28,14 @@ fn filled_store(n: usize) -> MemoryStore {
     let s = MemoryStore::new();
     s.insert("t", (0..n * BS).map(|k| (k % 251) as u8).collect());
     s
+}
+
+/// A cache of 64 buffers, evicting one at a time, with `options` mapping four buffers of
+/// [`filled_store`]: the set-up of the tests that fault.
+fn transparent(options: MapOptions) -> (Cache, Mapping) {
+    let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
+    let m = cache.map(Arc::new(filled_store(4)), "t", options).unwrap();
+    (cache, m)
 }
 
 fn read(p: *const u8) -> u8 {
@@ -59,14 +67,7 @@ fn sent_sigbus_chained_to_std_handler_keeps_transparent_mappings_served() {
             sa.sa_sigaction
         };
         println!("previous handler is SIG_DFL: {}", before == libc::SIG_DFL);
-        let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
-        let m = cache
-            .map(
-                Arc::new(filled_store(4)),
-                "t",
-                MapOptions::new().transparent(true),
-            )
-            .unwrap();
+        let (_cache, m) = transparent(MapOptions::new().transparent(true));
         assert_eq!(read(m.as_ptr()), 0);
         // SAFETY: raise(3).
         unsafe { libc::raise(libc::SIGBUS) };
@@ -109,14 +110,7 @@ fn fault_in_a_thread_local_destructor_is_served() {
         thread_local! {
             static T: std::cell::RefCell<Toucher> = const { std::cell::RefCell::new(Toucher(0)) };
         }
-        let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
-        let m = cache
-            .map(
-                Arc::new(filled_store(4)),
-                "t",
-                MapOptions::new().transparent(true).readahead(false),
-            )
-            .unwrap();
+        let (_cache, m) = transparent(MapOptions::new().transparent(true).readahead(false));
         let base = m.as_ptr() as usize;
         let m = Arc::new(m);
         let mt = m.clone();
@@ -197,14 +191,7 @@ extern "C" fn on_usr1(_: libc::c_int) {
 /// Runs `on_usr1` (SA_ONSTACK) on an alternate stack of `size` bytes with an inaccessible
 /// guard page below it, and has it read an evicted byte of a transparent mapping.
 fn fault_on_altstack(size: usize) {
-    let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
-    let m = cache
-        .map(
-            Arc::new(filled_store(4)),
-            "t",
-            MapOptions::new().transparent(true),
-        )
-        .unwrap();
+    let (_cache, m) = transparent(MapOptions::new().transparent(true));
     // Warm this thread's staging and TLS so the fault on the small stack is a steady-state one.
     assert_eq!(read(m.as_ptr()), 0);
     m.evict(0, BS as u64).unwrap();
@@ -268,14 +255,7 @@ fn ignored_sent_sigbus_does_not_interrupt_a_blocking_read() {
         // threads.
         unsafe {
             libc::signal(libc::SIGBUS, libc::SIG_IGN);
-            let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
-            let m = cache
-                .map(
-                    Arc::new(filled_store(4)),
-                    "t",
-                    MapOptions::new().transparent(true),
-                )
-                .unwrap();
+            let (_cache, m) = transparent(MapOptions::new().transparent(true));
             assert_eq!(read(m.as_ptr()), 0);
             let mut fds = [0; 2];
             assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
