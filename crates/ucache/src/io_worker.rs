@@ -123,7 +123,7 @@ fn serve(rx: Receiver<Job>) {
 fn run_alone(job: Job) {
     match job {
         Job::Load { mapping, indices } => {
-            let _ = mapping.load_claimed(&indices, true);
+            let _ = mapping.load_claimed(&indices, None);
         }
         Job::Writeback { mapping, indices } => {
             mapping.write_claimed(&indices);

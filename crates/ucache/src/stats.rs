@@ -30,7 +30,9 @@ macro_rules! counters {
         pub struct StatsSnapshot {
             $(#[doc = $doc] pub $name: u64,)*
             /// Miss latency histogram: `miss_latency[i]` counts misses that took
-            /// [2^i, 2^(i+1)) ns.
+            /// [2^i, 2^(i+1)) ns, from the claim of the buffer to its publication: making
+            /// room (an eviction the miss does itself, or waiting for the evictor) and the
+            /// read, as the thread that missed waited for them. Prefetches are not misses.
             pub miss_latency: Vec<u64>,
         }
 

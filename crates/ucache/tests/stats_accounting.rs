@@ -2,6 +2,11 @@
 //! cancelled eviction is a candidate that was pinned, dirty or vetoed, and the fault profile
 //! samples every thread's faults at random.
 
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ucache::store::FaultStore;
 use ucache::{Cache, CacheOptions, MapOptions};
 
 mod common;
@@ -38,6 +43,37 @@ fn the_miss_latency_histogram_counts_every_miss() {
         );
         let streamed = count(&|| m.pin_each(16..32, 4, |_, _| {}).unwrap());
         assert_eq!(streamed, (16, 16), "pin_each: (misses, latency samples)");
+    });
+}
+
+/// A miss's latency is what the thread that missed waited for, making room included: here the
+/// only candidates are dirty, so the miss waits for a write-back that takes 100 ms, while the
+/// read itself is a memory copy. Once, the histogram started its clock after the eviction.
+#[test]
+fn a_miss_that_must_make_room_counts_the_eviction_in_its_latency() {
+    within(30, "miss", || {
+        let store = Arc::new(FaultStore::new(store("o", 16)));
+        let cache = Cache::new(CacheOptions::new(4 * BS as u64).batch(4)).unwrap();
+        let m = cache
+            .map(store.clone(), "o", MapOptions::new().writable(true))
+            .unwrap();
+        for i in 0..4 {
+            m.pin_exclusive(i).unwrap().mark_dirty();
+        }
+        store.config().write_latency_us.store(100_000, Relaxed);
+        let before = cache.stats();
+        drop(m.pin_shared(8).unwrap());
+        let after = cache.stats();
+        let mut delta = after.clone();
+        for (d, b) in delta.miss_latency.iter_mut().zip(&before.miss_latency) {
+            *d -= b;
+        }
+        assert_eq!(after.misses - before.misses, 1);
+        let took = delta.miss_latency_quantile(1.0).expect("one sample");
+        assert!(
+            took >= Duration::from_millis(100),
+            "the miss waited for a 100 ms write-back, its sample says under {took:?}"
+        );
     });
 }
 

@@ -127,13 +127,14 @@ impl MappingCore {
         }
     }
 
-    /// Reads claimed (`Loading`) buffers in one store batch and publishes them. Returns the
-    /// first error; every failed buffer goes back to `Evicted`.
-    pub(crate) fn load_claimed(&self, claimed: &[u64], prefetched: bool) -> Result<()> {
+    /// Reads claimed (`Loading`) buffers in one store batch and publishes them. `demand` is
+    /// when a demand load began claiming them (its misses' latency, eviction included), `None`
+    /// for a prefetch. Returns the first error; every failed buffer goes back to `Evicted`.
+    pub(crate) fn load_claimed(&self, claimed: &[u64], demand: Option<Instant>) -> Result<()> {
         if claimed.is_empty() {
             return Ok(());
         }
-        let t0 = Instant::now();
+        let prefetched = demand.is_none();
         let (ok, first) = if self.region.is_transparent() {
             self.read_batch_staged(claimed, prefetched)
         } else {
@@ -151,7 +152,7 @@ impl MappingCore {
             ok,
         );
         st.add(Counter::BytesRead, ok * self.bs as u64);
-        if !prefetched && ok > 0 {
+        if let Some(t0) = demand.filter(|_| ok > 0) {
             st.record_miss_latencies(t0.elapsed(), ok);
         }
         first.map_or(Ok(()), Err)
@@ -275,10 +276,11 @@ impl MappingCore {
         let mut missed = None;
         let mut others = Vec::new();
         loop {
+            let t0 = Instant::now();
             let c = self.claim_loads(rest, true, missed)?;
             let hits = c.consumed - c.claimed.len() - c.others.len();
             self.stats().add(Counter::Hits, hits as u64);
-            self.load_claimed(&c.claimed, false)?;
+            self.load_claimed(&c.claimed, Some(t0))?;
             others.extend(c.others);
             if !c.stopped {
                 break;

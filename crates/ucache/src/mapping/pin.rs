@@ -185,11 +185,12 @@ impl MappingCore {
         // not evict others (or this very buffer, once loaded by someone else) for nothing.
         sw.skip();
         self.policy.on_miss(i);
-        sw.lap(self.stats(), Counter::FaultBookkeepingNs);
-        self.reserve_claimed(s, true)?;
+        // The miss's latency starts here: making room is part of what the caller waits for.
         let t0 = sw
-            .lap(self.stats(), Counter::FaultEvictNs)
+            .lap(self.stats(), Counter::FaultBookkeepingNs)
             .unwrap_or_else(Instant::now);
+        self.reserve_claimed(s, true)?;
+        sw.lap(self.stats(), Counter::FaultEvictNs);
         match self.read_claimed(i, dirty, sw) {
             Ok(()) => {
                 self.stats().record_miss_latency(sw.since(t0));

@@ -31,8 +31,9 @@ enum Step {
     Visited,
     /// Another thread is loading, evicting or holding it: visit it after the stream.
     Later,
-    /// Claimed with its budget: its read goes into the stream.
-    Claimed,
+    /// Claimed with its budget at the instant given (its miss's latency starts there): its
+    /// read goes into the stream.
+    Claimed(Instant),
     /// Claimable, but no memory until a read in flight is visited: retry after a completion.
     NoRoom,
 }
@@ -100,6 +101,7 @@ impl MappingCore {
                         Some(l) if s.cas(w, l).is_ok() => {}
                         _ => return Ok(Step::Later),
                     }
+                    let t0 = Instant::now();
                     // With reads in flight, never wait for memory: a budget smaller than the
                     // stream's depth is freed by those very reads once visited, so pause
                     // until one completes. With none, wait as a demand miss does.
@@ -107,12 +109,12 @@ impl MappingCore {
                         return Ok(Step::NoRoom);
                     }
                     self.policy.on_miss(i);
-                    Ok(Step::Claimed)
+                    Ok(Step::Claimed(t0))
                 });
                 match step {
-                    Ok(Step::Claimed) => {
+                    Ok(Step::Claimed(t0)) => {
                         in_flight.set(in_flight.get() + 1);
-                        issued.borrow_mut().push((i, Instant::now()));
+                        issued.borrow_mut().push((i, t0));
                         // Until its read lands, a pin of i from `f` would wait on this thread.
                         held::hold(me, i, Hold::Streaming);
                         // SAFETY: buffer i is Loading and ours until the store hands it back.
@@ -199,7 +201,7 @@ impl MappingCore {
         // early or panicked) are loaded one by one rather than left `Loading` for good.
         if let Some(peeked) = left {
             for i in peeked.into_iter().chain(std::iter::from_fn(next)) {
-                let _ = self.load_claimed(&[i], true);
+                let _ = self.load_claimed(&[i], None);
             }
         }
     }
