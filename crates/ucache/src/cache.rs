@@ -274,7 +274,8 @@ impl Cache {
         Ok(self.core.batch_buffers(check_buffer_size(buffer_size)?))
     }
 
-    /// Bytes of buffers resident or being loaded now.
+    /// Bytes of the budget in use now: buffers resident or being loaded, and the set-aside
+    /// pools of tracked mappings (whose buffers' bytes live in those pools).
     pub fn used(&self) -> u64 {
         self.core.used.load(Ordering::Relaxed)
     }

@@ -417,7 +417,12 @@ impl Drop for MappingCore {
     /// Returns the budget of buffers still resident when a mapping goes away without a full
     /// release (its write-back failed): the cache must not count memory that no longer exists.
     fn drop(&mut self) {
-        let left = self.resident.load(Ordering::Relaxed);
+        // Set-aside buffers are resident, but their budget is the pool's.
+        let carried = self.aside.as_ref().map_or(0, |p| p.carried());
+        let left = self
+            .resident
+            .load(Ordering::Relaxed)
+            .saturating_sub(carried);
         if left > 0 {
             self.cache.release(left * self.bs as u64);
         }

@@ -293,3 +293,87 @@ fn set_aside_pools_share_a_quarter_of_the_budget() {
     assert!(cache.used() > 0);
     drop(m);
 }
+
+/// A set-aside buffer's bytes live in a slot its pool has already paid for, so the buffer gives
+/// its own budget back. It used to keep it: a full pool then left its share of the budget
+/// unused (counted once for the slot, once for the buffer in it), and a tracked mapping held at
+/// most the budget less its pool, aside buffers included.
+#[test]
+fn set_aside_buffers_are_not_charged_twice() {
+    within(30, "eviction", || {
+        let budget = 64 * BS as u64;
+        let cache = Cache::new(
+            CacheOptions::new(budget)
+                .batch(2)
+                .background_eviction(false),
+        )
+        .unwrap();
+        let m = cache.map(store("o", 512), "o", tracked()).unwrap();
+        let pool = cache.used();
+        assert!(pool > 0, "a tracked mapping reserves its pool");
+        for i in 0..512u64 {
+            assert_eq!(m.pin_shared(i).unwrap()[0], i as u8);
+            assert!(cache.used() <= budget, "over budget at {i}");
+        }
+        let aside = (0..512).filter(|&i| phase(&m, i) == Phase::Aside).count() as u64;
+        assert!(aside > 0, "{:?}", cache.stats());
+        assert!(
+            m.resident() * BS as u64 > budget - pool,
+            "{} buffers held ({aside} of them aside): no more than the budget less the pool",
+            m.resident()
+        );
+        // Touching the aside buffers brings each back with budget of its own: still within it.
+        for i in (0..512u64).filter(|&i| phase(&m, i) == Phase::Aside) {
+            assert_eq!(m.pin_shared(i).unwrap()[0], i as u8);
+            assert!(cache.used() <= budget);
+        }
+        m.unmap().unwrap();
+        assert_eq!(cache.used(), 0, "every byte of the budget given back");
+    });
+}
+
+/// A set-aside buffer touched while the whole budget is pinned elsewhere cannot get budget of
+/// its own back: the access fails as a miss would (`BudgetExhausted`), the buffer is evicted
+/// (clean, so nothing is lost) and the accounting stays exact.
+#[test]
+fn a_restore_without_room_fails_as_a_miss_and_loses_nothing() {
+    within(60, "eviction", || {
+        let budget = 64 * BS as u64;
+        let cache = Cache::new(
+            CacheOptions::new(budget)
+                .batch(2)
+                .background_eviction(false),
+        )
+        .unwrap();
+        let s = store("o", 512);
+        let m = cache.map(s.clone(), "o", tracked()).unwrap();
+        for i in 0..256u64 {
+            drop(m.pin_shared(i).unwrap());
+        }
+        let victim = (0..256)
+            .find(|&i| phase(&m, i) == Phase::Aside)
+            .expect("some buffer aside");
+        // Evict the rest of the tracked mapping, then pin every byte of budget left elsewhere.
+        for i in (0..256).filter(|&i| phase(&m, i) == Phase::Cached) {
+            m.evict(i * BS as u64, BS as u64).unwrap();
+        }
+        let p = cache.map(s.clone(), "o", MapOptions::new()).unwrap();
+        let free = (budget - cache.used()) / BS as u64;
+        let held: Vec<_> = (0..free).map(|i| p.pin_shared(i).unwrap()).collect();
+        assert_eq!(cache.used(), budget);
+
+        let r = m.pin_shared(victim).map(|g| g[0]);
+        assert!(
+            matches!(r, Err(ucache::Error::BudgetExhausted { .. })),
+            "{r:?}"
+        );
+        assert_eq!(phase(&m, victim), Phase::Evicted);
+        assert_eq!(cache.used(), budget, "the failed restore took nothing");
+
+        drop(held);
+        assert_eq!(m.pin_shared(victim).unwrap()[0], victim as u8);
+        p.unmap().unwrap();
+        m.unmap().unwrap();
+        assert_eq!(cache.used(), 0, "every byte of the budget given back");
+    });
+}

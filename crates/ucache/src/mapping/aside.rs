@@ -18,13 +18,16 @@
 //!
 //! The pool is reserved from the cache's budget when the mapping is made (about a sixteenth of
 //! the budget), so memory never exceeds the budget; all pools of a cache together take at most
-//! a quarter of it, and a mapping made when that is spoken for tracks no access. Only clean
+//! a quarter of it, and a mapping made when that is spoken for tracks no access. A buffer set
+//! aside gives its own budget back, since its bytes now live in a slot the pool has paid for,
+//! and a restore reserves it again; otherwise a full pool would leave its share of the budget
+//! unused (counted once for the slot and once for the buffer in it). Only clean
 //! buffers are set aside; dirty candidates are written back and evicted as before. A set-aside
 //! buffer is evicted when its turn in the queue comes, or earlier when nothing else of the
 //! mapping can be, since policies propose cached buffers only.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -49,6 +52,9 @@ pub(super) struct AsidePool {
     /// The slot of each set-aside buffer (`NO_SLOT` otherwise). Written only by the thread
     /// that owns the buffer (`Evicting` or `Loading`), read by the next owner.
     slot_of: Box<[AtomicU32]>,
+    /// Buffers aside now, whose budget the pool carries: resident to the policy and the
+    /// mapping, but not charged to the cache's budget.
+    carried: AtomicU64,
 }
 
 impl AsidePool {
@@ -72,7 +78,19 @@ impl AsidePool {
             free: Mutex::new((0..slots as u32).rev().collect()),
             queue: Mutex::new(VecDeque::with_capacity(slots as usize)),
             slot_of: (0..buffers).map(|_| AtomicU32::new(NO_SLOT)).collect(),
+            carried: AtomicU64::new(0),
         })
+    }
+
+    /// Buffers aside now (their budget carried by the pool).
+    pub(super) fn carried(&self) -> u64 {
+        self.carried.load(Ordering::Relaxed)
+    }
+
+    /// `n` set-aside buffers left the pool: evicted, or restored with budget of their own.
+    pub(super) fn uncarry(&self, n: u64) {
+        let prev = self.carried.fetch_sub(n, Ordering::Relaxed);
+        debug_assert!(prev >= n, "set-aside count underflow");
     }
 
     /// Bytes of budget the pool holds.
@@ -100,6 +118,11 @@ impl AsidePool {
 
     fn free_slots(&self) -> usize {
         self.free.lock().len()
+    }
+
+    /// Whether no slot is taken (for checks at unmap).
+    pub(super) fn all_free(&self) -> bool {
+        self.free_slots() as u64 * self.bs as u64 == self.bytes()
     }
 
     /// Queues buffers just set aside. Entries of buffers restored meanwhile stay in the
@@ -134,28 +157,24 @@ impl AsidePool {
 
 impl MappingCore {
     /// One eviction round with second chances: when the pool is short of slots, evicts the
-    /// buffers set aside longest ago (those not touched since), then sets the policy's next
-    /// candidates aside. Whenever that freed nothing (the pool still filling up, or every
-    /// aside buffer touched meanwhile), the policy's choice is evicted directly, so a thread
-    /// needing memory never waits for a buffer's turn.
+    /// buffers set aside longest ago (those not touched since), which frees slots but no
+    /// budget, then sets the policy's next candidates aside, which frees theirs. Whenever that
+    /// freed nothing (no slot free, every candidate dirty or vetoed), the policy's choice is
+    /// evicted directly, so a thread needing memory never waits for a buffer's turn. Returns
+    /// how many buffers' budget the round freed.
     pub(super) fn evict_some_tracked(&self, pool: &AsidePool, want: usize) -> u64 {
-        let mut n = 0;
         if pool.free_slots() < want {
-            n = self.evict_aside(pool, want);
+            self.evict_aside(pool, want);
         }
         let mut cands = Vec::with_capacity(want);
         self.policy
             .choose_eviction_buffers(&Buffers::new(&self.states), want, &mut cands);
-        n += self.set_aside(pool, &cands);
+        let n = self.set_aside(pool, &cands);
         if n == 0 {
-            n = self.evict_chosen(want);
+            self.evict_chosen(want)
+        } else {
+            n
         }
-        if n == 0 {
-            // All that is left to evict is aside (policies propose only cached buffers), with
-            // slots still free: their turn comes now, or memory could never be freed.
-            n = self.evict_aside(pool, want);
-        }
-        n
     }
 
     /// Evicts up to `want` of the buffers set aside longest ago. Entries of buffers touched
@@ -163,19 +182,19 @@ impl MappingCore {
     /// leaves a little early (by its older entry), losing part of its second chance. Buffers
     /// still aside afterwards (vetoed by the policy's `is_evictable`) go to the back of the
     /// line: off it, nothing would ever evict them, and they would hold their slots for good.
-    fn evict_aside(&self, pool: &AsidePool, want: usize) -> u64 {
+    fn evict_aside(&self, pool: &AsidePool, want: usize) {
         let mut old = pool.pop(want);
         old.retain(|&i| self.state(i).load().phase() == Phase::Aside);
-        let n = self.evict_indices(&old, false).0;
+        self.evict_indices(&old, false);
         old.retain(|&i| self.state(i).load().phase() == Phase::Aside);
         if !old.is_empty() {
             pool.enqueue(old);
         }
-        n
     }
 
-    /// Sets the clean, idle, evictable candidates aside, dropping their pages in one batch.
-    /// Dirty ones are written back and evicted now. Returns how many buffers left the cache.
+    /// Sets the clean, idle, evictable candidates aside, dropping their pages in one batch and
+    /// handing their budget to the pool. Dirty ones are written back and evicted now. Returns
+    /// how many buffers' budget this freed.
     fn set_aside(&self, pool: &AsidePool, cands: &[u64]) -> u64 {
         let mut set = Vec::with_capacity(cands.len());
         let mut dirty = Vec::new();
@@ -210,6 +229,7 @@ impl MappingCore {
             };
             set.push(i);
         }
+        let mut freed = 0;
         let ranges: Vec<(usize, usize)> = set
             .iter()
             .map(|&i| ((i << self.shift) as usize, self.bs))
@@ -227,18 +247,22 @@ impl MappingCore {
                     pool.release(i);
                     let _ = self.state(i).update(|w| Some(w.cancel_evict()));
                 } else {
+                    // The pool carries it before anyone can see it aside (and restore or evict
+                    // it, which uncarries it).
+                    pool.carried.fetch_add(1, Ordering::Relaxed);
+                    self.cache.release(self.bs as u64);
                     let _ = self.state(i).update(|w| Some(w.finish_aside()));
                     aside.push(i);
                 }
             }
-            self.stats().add(Counter::SetAside, aside.len() as u64);
+            freed = aside.len() as u64;
+            self.stats().add(Counter::SetAside, freed);
             pool.enqueue(aside);
         }
-        if dirty.is_empty() {
-            0
-        } else {
-            self.evict_indices(&dirty, false).0
+        if !dirty.is_empty() {
+            freed += self.evict_indices(&dirty, false).0;
         }
+        freed
     }
 
     /// Brings set-aside buffer `i` (seen as `seen`) back, keeping `pin`; `dirty` for a write
@@ -263,9 +287,23 @@ impl MappingCore {
             .aside
             .as_ref()
             .expect("set-aside buffer without a pool");
+        // Back in the mapping, the buffer needs budget of its own again. Without any, it is
+        // evicted for good (it is clean: nothing is lost) and the fault fails as a miss would.
+        sw.skip();
+        if let Err(e) = self.cache.reserve(self.bs as u64) {
+            pool.release(i);
+            pool.uncarry(1);
+            self.policy.on_evict(i);
+            let r = s.update(|w| Some(w.abort_load()));
+            debug_assert!(r.is_ok());
+            self.resident.fetch_sub(1, Ordering::Relaxed);
+            self.stats().add(Counter::Evictions, 1);
+            return Err(e);
+        }
+        pool.uncarry(1);
+        sw.lap(self.stats(), Counter::FaultEvictNs);
         let slot = pool.slot_of[i as usize].load(Ordering::Relaxed);
         let at = (i << self.shift) as usize;
-        sw.skip();
         // SAFETY: the slot holds the buffer's bytes and is ours (the buffer is Loading and
         // ours); the buffer's pages in the mapping are absent, as install requires.
         let r = unsafe {

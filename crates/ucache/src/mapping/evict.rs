@@ -49,8 +49,9 @@ impl MappingCore {
     }
 
     /// Evicts the candidates that validate: cached, idle, and (unless `explicit`) not vetoed by
-    /// the policy. Dirty ones are written back first in one batch. Returns the number evicted
-    /// and, if write-backs failed, their count and the first error.
+    /// the policy. Dirty ones are written back first in one batch. Returns the number of
+    /// evicted buffers whose budget this freed (set-aside buffers had handed theirs to their
+    /// pool already) and, if write-backs failed, their count and the first error.
     pub(super) fn evict_indices(
         &self,
         cands: &[u64],
@@ -105,12 +106,18 @@ impl MappingCore {
                 ));
             }
             for &i in &dirty {
-                // Written and not touched since: claim it like any clean buffer.
+                // Written and not touched since: claim it like any clean buffer. Clean now, it
+                // may have been set aside meanwhile by another round, and then leaves as one.
                 let s = self.state(i);
-                if s.update(|w| w.begin_evict()).is_ok() {
-                    clean.push(i);
-                } else {
-                    cancels += 1;
+                let mut was = Phase::Cached;
+                let claimed = s.update(|w| {
+                    was = w.phase();
+                    w.begin_evict()
+                });
+                match claimed {
+                    Ok(_) if was == Phase::Aside => aside.push(i),
+                    Ok(_) => clean.push(i),
+                    Err(_) => cancels += 1,
                 }
             }
         }
@@ -156,6 +163,7 @@ impl MappingCore {
                 failure = failure.or(Some((0, e)));
             }
         }
+        let carried = aside.len() as u64;
         clean.append(&mut aside);
         if clean.is_empty() {
             return (0, failure);
@@ -176,11 +184,14 @@ impl MappingCore {
         }
         let n = clean.len() as u64;
         self.resident.fetch_sub(n, Ordering::Relaxed);
-        self.cache.release(n * self.bs as u64);
+        if let Some(pool) = self.aside.as_ref().filter(|_| carried > 0) {
+            pool.uncarry(carried);
+        }
+        self.cache.release((n - carried) * self.bs as u64);
         let st = self.stats();
         st.add(Counter::Evictions, n);
         st.add(Counter::PrefetchWasted, wasted);
-        (n, failure)
+        (n - carried, failure)
     }
 
     /// Writes back everything, evicts everything and leaves the cache. On a failure the
@@ -233,6 +244,11 @@ impl MappingCore {
                 .filter(|&i| self.state(i).load().phase() != Phase::Evicted)
                 .count() as u64;
             if left == 0 {
+                if let Some(pool) = &self.aside {
+                    // Every buffer gone, so every slot is free and the pool carries none.
+                    debug_assert_eq!(pool.carried(), 0, "set-aside buffers left uncounted");
+                    debug_assert!(pool.all_free(), "a set-aside slot leaked");
+                }
                 return Ok(());
             }
             if pass == PASSES {
