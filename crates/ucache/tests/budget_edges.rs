@@ -22,6 +22,14 @@ fn tracked() -> MapOptions {
         .readahead(false)
 }
 
+/// A cache of `budget` bytes that evicts `batch` buffers at a time on the threads that need
+/// memory only (no background evictor), so that each test decides when eviction happens.
+fn foreground(budget: u64, batch: usize) -> CacheOptions {
+    CacheOptions::new(budget)
+        .batch(batch)
+        .background_eviction(false)
+}
+
 fn phase(m: &ucache::Mapping, i: u64) -> Phase {
     m.state(i).unwrap().phase()
 }
@@ -34,12 +42,7 @@ fn phase(m: &ucache::Mapping, i: u64) -> Phase {
 #[test]
 fn set_aside_buffers_are_evicted_when_nothing_else_can_be() {
     within(30, "eviction", || {
-        let cache = Cache::new(
-            CacheOptions::new(32 * BS as u64)
-                .batch(2)
-                .background_eviction(false),
-        )
-        .unwrap();
+        let cache = Cache::new(foreground(32 * BS as u64, 2)).unwrap();
         let s = store("o", 64);
         let a = cache.map(s.clone(), "o", tracked()).unwrap();
         let pool = cache.used();
@@ -95,12 +98,7 @@ impl Policy for Veto {
 fn a_vetoed_set_aside_buffer_gets_its_turn_again() {
     within(60, "eviction", || {
         let vetoed = Arc::new(Mutex::new(HashSet::new()));
-        let cache = Cache::new(
-            CacheOptions::new(64 * BS as u64)
-                .batch(4)
-                .background_eviction(false),
-        )
-        .unwrap();
+        let cache = Cache::new(foreground(64 * BS as u64, 4)).unwrap();
         let n = 2048u64;
         let m = cache
             .map(
@@ -170,13 +168,9 @@ impl GlobalPolicy for OverQuotaOnly {
 #[test]
 fn a_global_policy_that_offers_too_few_mappings_does_not_exhaust_the_budget() {
     within(30, "eviction", || {
-        let cache = Cache::new(
-            CacheOptions::new(16 * BS as u64)
-                .batch(2)
-                .background_eviction(false)
-                .global_policy(Arc::new(OverQuotaOnly)),
-        )
-        .unwrap();
+        let cache =
+            Cache::new(foreground(16 * BS as u64, 2).global_policy(Arc::new(OverQuotaOnly)))
+                .unwrap();
         let s = store("o", 64);
         let a = cache.map(s.clone(), "o", MapOptions::new()).unwrap();
         let b = cache.map(s.clone(), "o", MapOptions::new()).unwrap();
@@ -202,12 +196,7 @@ fn a_global_policy_that_offers_too_few_mappings_does_not_exhaust_the_budget() {
 #[test]
 fn duplicate_candidates_are_not_counted_as_cancelled_evictions() {
     within(30, "eviction", || {
-        let cache = Cache::new(
-            CacheOptions::new(8 * BS as u64)
-                .batch(4)
-                .background_eviction(false),
-        )
-        .unwrap();
+        let cache = Cache::new(foreground(8 * BS as u64, 4)).unwrap();
         let m = cache.map(store("o", 64), "o", MapOptions::new()).unwrap();
         let pinned: Vec<_> = (0..6).map(|i| m.pin_shared(i).unwrap()).collect();
         drop(m.pin_shared(6).unwrap());
@@ -247,13 +236,8 @@ impl GlobalPolicy for HalfHeadroom {
 #[test]
 fn an_early_eviction_request_does_not_fail_a_load_that_fits_the_budget() {
     within(30, "eviction", || {
-        let cache = Cache::new(
-            CacheOptions::new(16 * BS as u64)
-                .batch(2)
-                .background_eviction(false)
-                .global_policy(Arc::new(HalfHeadroom)),
-        )
-        .unwrap();
+        let cache = Cache::new(foreground(16 * BS as u64, 2).global_policy(Arc::new(HalfHeadroom)))
+            .unwrap();
         let m = cache.map(store("o", 64), "o", MapOptions::new()).unwrap();
         let pins: Vec<_> = (0..8).map(|i| m.pin_shared(i).unwrap()).collect();
         assert_eq!(cache.used(), 8 * BS as u64);
@@ -302,12 +286,7 @@ fn set_aside_pools_share_a_quarter_of_the_budget() {
 fn set_aside_buffers_are_not_charged_twice() {
     within(30, "eviction", || {
         let budget = 64 * BS as u64;
-        let cache = Cache::new(
-            CacheOptions::new(budget)
-                .batch(2)
-                .background_eviction(false),
-        )
-        .unwrap();
+        let cache = Cache::new(foreground(budget, 2)).unwrap();
         let m = cache.map(store("o", 512), "o", tracked()).unwrap();
         let pool = cache.used();
         assert!(pool > 0, "a tracked mapping reserves its pool");
@@ -339,12 +318,7 @@ fn set_aside_buffers_are_not_charged_twice() {
 fn a_restore_without_room_fails_as_a_miss_and_loses_nothing() {
     within(60, "eviction", || {
         let budget = 64 * BS as u64;
-        let cache = Cache::new(
-            CacheOptions::new(budget)
-                .batch(2)
-                .background_eviction(false),
-        )
-        .unwrap();
+        let cache = Cache::new(foreground(budget, 2)).unwrap();
         let s = store("o", 512);
         let m = cache.map(s.clone(), "o", tracked()).unwrap();
         for i in 0..256u64 {
