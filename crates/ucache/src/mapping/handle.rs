@@ -212,8 +212,9 @@ impl Mapping {
     }
 
     /// Writes back everything, releases all memory and leaves the cache. On failure (a
-    /// write-back that failed, buffers still pinned after repeated passes) nothing is released
-    /// and the mapping comes back in the error, to retry or inspect.
+    /// write-back that failed, buffers still pinned after eight passes) the mapping comes back
+    /// in the error, whole and in the cache with its dirty data, to retry or inspect; buffers
+    /// its passes had already evicted stay evicted.
     ///
     /// As with `munmap`, accesses must have ended: plain loads and stores through a
     /// transparent mapping's pointer by other threads during `unmap` are a use after unmap. A

@@ -82,7 +82,9 @@ impl MappingCore {
         let mut retry: Option<u64> = None;
         let mut pull = || -> Option<IoBuf> {
             while failed.borrow().is_none() && panicked.borrow().is_none() {
-                let i = match retry.take() {
+                // A retried index already told the policy of its miss.
+                let retried = retry.take();
+                let i = match retried {
                     Some(i) => i,
                     None => indices.next()?,
                 };
@@ -101,6 +103,11 @@ impl MappingCore {
                         Some(l) if s.cas(w, l).is_ok() => {}
                         _ => return Ok(Step::Later),
                     }
+                    // Before reserving, as `Policy::on_miss` promises: ghost lists adapt
+                    // before the evictions the reservation makes.
+                    if retried != Some(i) {
+                        self.policy.on_miss(i);
+                    }
                     let t0 = Instant::now();
                     // With reads in flight, never wait for memory: a budget smaller than the
                     // stream's depth is freed by those very reads once visited, so pause
@@ -108,7 +115,6 @@ impl MappingCore {
                     if !self.reserve_claimed(s, in_flight.get() == 0)? {
                         return Ok(Step::NoRoom);
                     }
-                    self.policy.on_miss(i);
                     Ok(Step::Claimed(t0))
                 });
                 match step {

@@ -2,8 +2,9 @@
 //!
 //! A [`Store`] is a namespace (a directory, a block device, a bucket, a map in memory) that
 //! opens [`Object`]s by name. An object is what one mapping caches. The cache only ever calls
-//! the object with whole buffers at buffer-aligned offsets, so a store never has to split or
-//! merge requests; batches let a store keep many of them in flight at once.
+//! the object with whole buffers (the object's last may be shorter) at the mapping's offset
+//! plus a multiple of the buffer size, always a multiple of 4 KiB, so a store never has to
+//! split or merge requests; batches let a store keep many of them in flight at once.
 //!
 //! Applications implement these two traits to put their own storage under a mapping.
 //!
@@ -185,8 +186,9 @@ impl<'a> IoBuf<'a> {
 
 /// One opened object.
 ///
-/// Reads and writes use whole buffers at offsets that are multiples of the mapping's buffer
-/// size, and memory aligned to at least 4 KiB, so `O_DIRECT` stores need no bounce buffers.
+/// Reads and writes use whole buffers at the mapping's offset plus a multiple of its buffer
+/// size (always multiples of 4 KiB; a write of the object's last buffer may be shorter), and
+/// memory aligned to at least 4 KiB, so `O_DIRECT` stores need no bounce buffers.
 ///
 /// A method that panics is reported to the cache's caller as an IO error ("store panicked"),
 /// like any failed request; it must not leave IO running on memory it was lent.
