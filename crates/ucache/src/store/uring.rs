@@ -375,6 +375,11 @@ impl Stream<'_> {
                         break;
                     }
                     Some((tag, req)) if req.is_empty() => done(tag, req, Ok(0)),
+                    // io_uring takes offset -1 (u64::MAX) as "the file's current position"; as
+                    // for pread, an offset past the signed range is invalid, not position 0.
+                    Some((tag, req)) if req.offset() > i64::MAX as u64 => {
+                        done(tag, req, Err(io::Error::from_raw_os_error(libc::EINVAL)))
+                    }
                     Some((tag, req)) => {
                         let slot = Some(Slot { tag, req, done: 0 });
                         let k = match free.pop() {
@@ -792,6 +797,48 @@ mod tests {
         o.sync().unwrap();
         assert_eq!(o.len().unwrap(), 96 * 4096);
         assert!(std::fs::read(&path).unwrap() == buf[..]);
+    }
+
+    /// Offset u64::MAX is -1 to the kernel, which io_uring reads as "the current position"
+    /// (0 on a fresh file): a batch there wrote over the file's start and read its first bytes,
+    /// reporting success, where pread and pwrite refuse it.
+    #[test]
+    fn batches_at_offset_u64_max_are_invalid_not_at_the_file_start() {
+        for direct in [true, false] {
+            let Some(store) = store(UringOptions {
+                direct,
+                ..UringOptions::default()
+            }) else {
+                return;
+            };
+            let dir = scratch();
+            if direct && !dir.direct_ok() {
+                continue;
+            }
+            let path = dir.path().join("max");
+            let data = write_pattern_file(&path, 4 * 4096);
+            let o = store.open_file(&path, OpenOptions::read_write()).unwrap();
+            let mut buf = AlignedBuf::new(4096);
+            buf.fill(0xEE);
+            // SAFETY: buf outlives both calls and nothing else touches it meanwhile.
+            let req = || unsafe { IoBuf::new(buf.as_ptr() as *mut u8, 4096, u64::MAX) };
+            let mut wrote = Vec::new();
+            o.write_batch(&[req()], &mut wrote);
+            assert_eq!(
+                wrote[0].as_ref().map_err(|e| e.kind()),
+                Err(io::ErrorKind::InvalidInput),
+                "direct={direct}"
+            );
+            assert!(std::fs::read(&path).unwrap() == data, "direct={direct}");
+            let mut read = Vec::new();
+            o.read_batch(&mut [req()], &mut read);
+            assert_eq!(
+                read[0].as_ref().map_err(|e| e.kind()),
+                Err(io::ErrorKind::InvalidInput),
+                "direct={direct}"
+            );
+            assert!(buf.iter().all(|&b| b == 0xEE), "direct={direct}");
+        }
     }
 
     #[test]
