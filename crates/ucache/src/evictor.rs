@@ -19,6 +19,7 @@
 //! budget full evicts for itself. A missed kick therefore delays the evictor by one miss; it
 //! never costs correctness.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{OnceLock, Weak};
 use std::thread::Thread;
@@ -100,7 +101,19 @@ impl Evictor {
     }
 }
 
+thread_local! {
+    /// Set on an evictor's own thread, every eviction of which is made ahead of the loaders.
+    static EVICTOR: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is a background evictor: its evictions count as
+/// `evictions_ahead` where they happen, since the rounds it runs also set buffers aside.
+pub(crate) fn on_evictor_thread() -> bool {
+    EVICTOR.with(Cell::get)
+}
+
 fn run(core: Weak<CacheCore>) {
+    EVICTOR.with(|e| e.set(true));
     loop {
         std::thread::park();
         // The strong reference lives only while the thread works, so the cache can drop.

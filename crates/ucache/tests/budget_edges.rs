@@ -11,16 +11,9 @@ use ucache::state::Phase;
 use ucache::{Cache, CacheOptions, MapOptions};
 
 mod common;
-use common::{pattern_store as store, within};
+use common::{pattern_store as store, phase, tracked, within};
 
 const BS: usize = 4096;
-
-fn tracked() -> MapOptions {
-    MapOptions::new()
-        .transparent(true)
-        .track_access(true)
-        .readahead(false)
-}
 
 /// A cache of `budget` bytes that evicts `batch` buffers at a time on the threads that need
 /// memory only (no background evictor), so that each test decides when eviction happens.
@@ -30,17 +23,14 @@ fn foreground(budget: u64, batch: usize) -> CacheOptions {
         .background_eviction(false)
 }
 
-fn phase(m: &ucache::Mapping, i: u64) -> Phase {
-    m.state(i).unwrap().phase()
-}
-
-/// Set-aside buffers are evictable (evicting one only frees its slot), but they were evicted
-/// only when their pool ran short of slots, and policies propose only cached buffers: with the
-/// rest of the budget pinned by another mapping and every buffer of the tracked one aside, an
-/// eviction round freed nothing, and the next load waited 5 s and failed with
-/// `BudgetExhausted` although every resident buffer of it was evictable.
+/// A tracked mapping left with a few buffers of budget (the rest pinned by another mapping)
+/// keeps loading: each load sets buffers aside, which frees their budget, and evicts those
+/// aside longest ago, which frees their slots. Once, set-aside buffers kept their budget and
+/// were evicted only when the pool ran short of slots: with every buffer of the tracked
+/// mapping aside, an eviction round freed nothing, and the next load waited 5 s and failed
+/// with `BudgetExhausted` although every resident buffer of it was evictable.
 #[test]
-fn set_aside_buffers_are_evicted_when_nothing_else_can_be() {
+fn a_tracked_mapping_keeps_loading_with_the_rest_of_the_budget_pinned() {
     within(30, "eviction", || {
         let cache = Cache::new(foreground(32 * BS as u64, 2)).unwrap();
         let s = store("o", 64);

@@ -21,10 +21,10 @@
 //! a quarter of it, and a mapping made when that is spoken for tracks no access. A buffer set
 //! aside gives its own budget back, since its bytes now live in a slot the pool has paid for,
 //! and a restore reserves it again; otherwise a full pool would leave its share of the budget
-//! unused (counted once for the slot and once for the buffer in it). Only clean
-//! buffers are set aside; dirty candidates are written back and evicted as before. A set-aside
-//! buffer is evicted when its turn in the queue comes, or earlier when nothing else of the
-//! mapping can be, since policies propose cached buffers only.
+//! unused (counted once for the slot and once for the buffer in it). Only clean buffers are set
+//! aside; dirty candidates are written back and evicted as before. A set-aside buffer is
+//! evicted when its turn in the queue comes (policies propose cached buffers only), which frees
+//! its slot; holding no budget, it never stands in the way of a load.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

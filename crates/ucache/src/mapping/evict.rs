@@ -164,6 +164,11 @@ impl MappingCore {
             }
         }
         let carried = aside.len() as u64;
+        if let Some(pool) = self.aside.as_ref().filter(|_| carried > 0) {
+            // Before their words say `Evicted`: `unmap` may be waiting on them, and once it
+            // sees every buffer evicted it expects the pool to carry none.
+            pool.uncarry(carried);
+        }
         clean.append(&mut aside);
         if clean.is_empty() {
             return (0, failure);
@@ -184,12 +189,12 @@ impl MappingCore {
         }
         let n = clean.len() as u64;
         self.resident.fetch_sub(n, Ordering::Relaxed);
-        if let Some(pool) = self.aside.as_ref().filter(|_| carried > 0) {
-            pool.uncarry(carried);
-        }
         self.cache.release((n - carried) * self.bs as u64);
         let st = self.stats();
         st.add(Counter::Evictions, n);
+        if crate::evictor::on_evictor_thread() {
+            st.add(Counter::EvictionsAhead, n);
+        }
         st.add(Counter::PrefetchWasted, wasted);
         (n - carried, failure)
     }

@@ -39,3 +39,19 @@ pub fn pattern_store(name: &str, buffers: usize) -> Arc<MemoryStore> {
     );
     Arc::new(s)
 }
+
+/// A transparent mapping with access tracking (set-aside buffers) and no readahead, whose
+/// loads would run on the IO threads.
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn tracked() -> ucache::MapOptions {
+    ucache::MapOptions::new()
+        .transparent(true)
+        .track_access(true)
+        .readahead(false)
+}
+
+/// Buffer `i`'s phase now.
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn phase(m: &ucache::Mapping, i: u64) -> ucache::state::Phase {
+    m.state(i).unwrap().phase()
+}
