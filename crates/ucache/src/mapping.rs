@@ -99,6 +99,30 @@ pub(crate) fn check_buffer_size(bs: usize) -> Result<usize> {
     }
 }
 
+/// What a mapping's length alone decides: not empty, no overflow past the end of the offset
+/// range, within the address space, and a multiple of 4096 for a read-write mapping (whose
+/// write-backs are whole pages).
+fn check_len(len: u64, offset: u64, bs: usize, writable: bool) -> Result<()> {
+    let bad = |why| Err(Error::BadLength { len, why });
+    if len == 0 {
+        return bad("a mapping cannot be empty");
+    }
+    if offset.checked_add(len).is_none() {
+        return bad("overflows");
+    }
+    let fits = len
+        .div_ceil(bs as u64)
+        .checked_mul(bs as u64)
+        .is_some_and(|b| usize::try_from(b).is_ok_and(|b| b <= isize::MAX as usize));
+    if !fits {
+        return bad("too large for the address space");
+    }
+    if writable && len % IO_ALIGN != 0 {
+        return bad("a read-write mapping must be a multiple of 4096 bytes");
+    }
+    Ok(())
+}
+
 impl MappingCore {
     pub(crate) fn new(
         cache: Arc<CacheCore>,
@@ -125,20 +149,27 @@ impl MappingCore {
                 "a mapping's weight must be at least 1".into(),
             ));
         }
-        if o.len == Some(0) {
-            return Err(Error::BadLength {
-                len: 0,
-                why: "a mapping cannot be empty",
-            });
-        }
         let writable = o.is_writable();
+        if let Some(len) = o.len {
+            // What the length alone decides is checked before the store is asked, so a
+            // refused mapping creates nothing.
+            check_len(len, o.offset, bs, writable)?;
+        }
+        // Without a length, a new object would be empty, so none is created: the mapping is
+        // refused (below) as for any empty object.
         let options = OpenOptions {
             write: writable,
-            create: o.create,
+            create: o.create && o.len.is_some(),
         };
         let opened =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| store.open(object, options)));
         let obj: Arc<dyn Object> = match opened {
+            Ok(Err(Error::NotFound { .. })) if o.create => {
+                return Err(Error::BadLength {
+                    len: 0,
+                    why: "a new object is empty: give the length to map",
+                })
+            }
             Ok(r) => Arc::new(Contained(r?)),
             Err(_) => {
                 return Err(Error::io(
@@ -160,18 +191,9 @@ impl MappingCore {
                 })
             }
         };
-        let end = o.offset.checked_add(len).ok_or(Error::BadLength {
-            len,
-            why: "overflows",
-        })?;
-        if writable {
-            if len % IO_ALIGN != 0 {
-                return Err(Error::BadLength {
-                    len,
-                    why: "a read-write mapping must be a multiple of 4096 bytes",
-                });
-            }
-        } else if end > obj_len {
+        check_len(len, o.offset, bs, writable)?;
+        let end = o.offset + len;
+        if !writable && end > obj_len {
             return Err(Error::BeyondObject {
                 object: object.to_string(),
                 offset: o.offset,
@@ -184,12 +206,7 @@ impl MappingCore {
             why: "too large for the address space",
         };
         let nbuf = len.div_ceil(bs as u64);
-        let Some(bytes) = nbuf
-            .checked_mul(bs as u64)
-            .and_then(|b| usize::try_from(b).ok())
-        else {
-            return Err(too_large);
-        };
+        let bytes = (nbuf * bs as u64) as usize;
         let region = if o.transparent {
             if !cfg!(target_arch = "x86_64") {
                 return Err(Error::BadArgument(

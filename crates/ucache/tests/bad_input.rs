@@ -106,6 +106,44 @@ fn create_without_write_is_refused_before_creating() {
     assert!(store.get("new").is_none(), "nothing was created");
 }
 
+/// A mapping that would create its object is refused for its length before anything is
+/// created: with no length (a new object is empty), a read-write length that is not whole
+/// pages, one that overflows the offset range. Each used to create the object first.
+#[test]
+fn a_create_refused_for_its_length_creates_nothing() {
+    let store = MemoryStore::new();
+    let c = cache();
+    let tries = [
+        ("none", MapOptions::new().create(true)),
+        ("partial", MapOptions::new().create(true).len(100)),
+        (
+            "overflow",
+            MapOptions::new()
+                .create(true)
+                .offset(4096)
+                .len(u64::MAX - 4095),
+        ),
+    ];
+    for (name, o) in tries {
+        let r = c.map(Arc::new(store.clone()), name, o);
+        assert!(matches!(r, Err(Error::BadLength { .. })), "{name}: {r:?}");
+        assert!(
+            store.get(name).is_none(),
+            "{name}: the refused mapping created it"
+        );
+    }
+    // An existing object needs no length, created or not.
+    store.insert("old", vec![7; 2 * BS]);
+    let m = c
+        .map(
+            Arc::new(store.clone()),
+            "old",
+            MapOptions::new().create(true),
+        )
+        .unwrap();
+    assert_eq!(m.len(), 2 * BS as u64);
+}
+
 /// `writable(false)` is refused with `create(true)` in either order, and taking `create` back
 /// takes back the write access it implied, while an explicit `writable(true)` stays.
 #[test]

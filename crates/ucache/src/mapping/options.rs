@@ -69,7 +69,9 @@ impl MapOptions {
     }
     /// Create the object if it does not exist (implies writable unless `writable` says
     /// otherwise; `writable(false)` with `create(true)`, in either order, is refused at `map`
-    /// with [`crate::Error::BadArgument`], before anything is created).
+    /// with [`crate::Error::BadArgument`], before anything is created). A new object is empty,
+    /// so it takes a [`MapOptions::len`]; without one, a missing object is refused with
+    /// [`crate::Error::BadLength`] and not created.
     pub fn create(mut self, create: bool) -> Self {
         self.create = create;
         self
