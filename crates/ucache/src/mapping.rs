@@ -444,8 +444,7 @@ impl Drop for MappingCore {
             self.cache.release(left * self.bs as u64);
         }
         if let Some(pool) = &self.aside {
-            self.cache.release(pool.bytes());
-            self.cache.release_aside(pool.bytes());
+            pool.give_back(&self.cache);
         }
     }
 }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use ucache::state::Phase;
-use ucache::store::FaultStore;
-use ucache::{Cache, CacheOptions, FaultHandling};
+use ucache::store::{FaultStore, MemoryStore};
+use ucache::{Cache, CacheOptions, FaultHandling, MapOptions};
 
 mod common;
 use common::{pattern_store as store, phase, tracked, within};
@@ -271,4 +271,87 @@ fn evictions_ahead_are_a_part_of_evictions() {
         );
         m.unmap().unwrap();
     });
+}
+
+/// A global policy that parks the first eviction round it sees once armed, so a test can run
+/// `unmap` while another thread's round holds the cache's list of mappings.
+struct Parking {
+    armed: std::sync::atomic::AtomicBool,
+    entered: std::sync::Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    release: std::sync::Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl ucache::policy::GlobalPolicy for Parking {
+    fn choose_eviction_mappings(
+        &self,
+        usage: &[ucache::policy::MappingUsage],
+        out: &mut Vec<usize>,
+    ) {
+        if self.armed.swap(false, Relaxed) {
+            self.entered
+                .lock()
+                .unwrap()
+                .take()
+                .unwrap()
+                .send(())
+                .unwrap();
+            let rx = self.release.lock().unwrap().take().unwrap();
+            let _ = rx.recv();
+        }
+        ucache::policy::ProportionalGlobal.choose_eviction_mappings(usage, out)
+    }
+}
+
+/// `unmap` of a tracked mapping gives its set-aside pool's budget back before it returns. The
+/// pool used to be released only when the mapping's last `Arc` went, and an eviction round on
+/// another thread (or an IO thread's job, or a fault handler thread) may still hold one: until
+/// it let go, `cache.used()` counted memory of a mapping `unmap` said was released.
+#[test]
+fn unmap_gives_back_the_set_aside_pool() {
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel();
+    let global = Arc::new(Parking {
+        armed: std::sync::atomic::AtomicBool::new(false),
+        entered: std::sync::Mutex::new(Some(entered_tx)),
+        release: std::sync::Mutex::new(Some(release_rx)),
+    });
+    let cache = Cache::new(
+        CacheOptions::new(32 * 4096)
+            .batch(1)
+            .background_eviction(false)
+            .global_policy(global.clone()),
+    )
+    .unwrap();
+    let store = MemoryStore::new();
+    store.insert("t", vec![1; 8 * 4096]);
+    store.insert("n", vec![2; 64 * 4096]);
+    let tracked = cache.map(Arc::new(store.clone()), "t", tracked()).unwrap();
+    let other = cache.map(Arc::new(store), "n", MapOptions::new()).unwrap();
+    let pool = cache.used();
+    assert!(pool > 0, "the tracked mapping holds a set-aside pool");
+    // Another thread fills the budget; its first eviction round parks in the global policy.
+    global.armed.store(true, Relaxed);
+    let loader = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            for i in 0..64 {
+                drop(other.pin_shared(i).unwrap());
+            }
+        });
+        entered_rx.recv().unwrap();
+        tracked.unmap().unwrap();
+        let after = cache.used();
+        let resident = other.resident() * 4096;
+        release_tx.send(()).unwrap();
+        h.join().unwrap();
+        (after, resident)
+    });
+    let (after, resident) = loader;
+    assert_eq!(
+        after,
+        resident,
+        "after unmap returned, the cache still counted {} bytes of the unmapped mapping's pool",
+        after - resident
+    );
+    other.unmap().unwrap();
+    assert_eq!(cache.used(), 0);
 }

@@ -27,11 +27,12 @@
 //! its slot; holding no budget, it never stands in the way of a load.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
 use super::MappingCore;
+use crate::cache::CacheCore;
 use crate::error::Result;
 use crate::policy::Buffers;
 use crate::region::Region;
@@ -55,6 +56,8 @@ pub(super) struct AsidePool {
     /// Buffers aside now, whose budget the pool carries: resident to the policy and the
     /// mapping, but not charged to the cache's budget.
     carried: AtomicU64,
+    /// The pool's budget went back to the cache (at unmap, or when the mapping is dropped).
+    given_back: AtomicBool,
 }
 
 impl AsidePool {
@@ -79,7 +82,20 @@ impl AsidePool {
             queue: Mutex::new(VecDeque::with_capacity(slots as usize)),
             slot_of: (0..buffers).map(|_| AtomicU32::new(NO_SLOT)).collect(),
             carried: AtomicU64::new(0),
+            given_back: AtomicBool::new(false),
         })
+    }
+
+    /// Gives the pool's budget back to `cache`, once, and its slots' pages to the kernel: at
+    /// unmap, since the mapping itself may outlive it (an eviction round on another thread may
+    /// still hold it), and at drop otherwise.
+    pub(super) fn give_back(&self, cache: &CacheCore) {
+        if self.given_back.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let _ = self.slots.drop_ranges(&[(0, self.slots.len())]);
+        cache.release(self.bytes());
+        cache.release_aside(self.bytes());
     }
 
     /// Buffers aside now (their budget carried by the pool).

@@ -253,6 +253,7 @@ impl MappingCore {
                     // Every buffer gone, so every slot is free and the pool carries none.
                     debug_assert_eq!(pool.carried(), 0, "set-aside buffers left uncounted");
                     debug_assert!(pool.all_free(), "a set-aside slot leaked");
+                    pool.give_back(&self.cache);
                 }
                 return Ok(());
             }
