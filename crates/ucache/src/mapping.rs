@@ -117,7 +117,7 @@ fn check_len(len: u64, offset: u64, bs: usize, writable: bool) -> Result<()> {
     if !fits {
         return bad("too large for the address space");
     }
-    if writable && len % IO_ALIGN != 0 {
+    if writable && !len.is_multiple_of(IO_ALIGN) {
         return bad("a read-write mapping must be a multiple of 4096 bytes");
     }
     Ok(())
