@@ -31,6 +31,7 @@ const USER_MODE_ONLY: libc::c_int = 1;
 const COPY_MODE_DONTWAKE: u64 = 1 << 0;
 const COPY_MODE_WP: u64 = 1 << 1;
 const WRITEPROTECT_MODE_WP: u64 = 1 << 0;
+const WRITEPROTECT_MODE_DONTWAKE: u64 = 1 << 1;
 
 #[repr(C)]
 struct Api {
@@ -187,8 +188,8 @@ impl Uffd {
         Ok(())
     }
 
-    /// Sets or clears write protection of `[start, start+len)` (present pages only) and wakes
-    /// threads blocked on a write-protect fault there.
+    /// Sets or clears write protection of `[start, start+len)` (present pages only), waking
+    /// no thread blocked on a fault there.
     pub(crate) fn write_protect(
         &self,
         start: *mut u8,
@@ -200,7 +201,16 @@ impl Uffd {
                 start: start as u64,
                 len: len as u64,
             },
-            mode: if protect { WRITEPROTECT_MODE_WP } else { 0 },
+            // Lifting the protection wakes no one: a thread blocked on the fault is woken by
+            // its handler thread once the fault is served (`fault_thread.rs`), after the
+            // buffer's word says so. Woken here, its store returned while the handler still
+            // held the buffer's `X` for the moment of the change, and a pin or `msync` right
+            // after it met that phantom exclusive pin.
+            mode: if protect {
+                WRITEPROTECT_MODE_WP
+            } else {
+                WRITEPROTECT_MODE_DONTWAKE
+            },
         };
         ioctl(self.fd.as_raw_fd(), UFFDIO_WRITEPROTECT, &mut w)
     }

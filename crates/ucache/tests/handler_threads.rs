@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use ucache::store::{FaultStore, MemoryStore};
-use ucache::{Cache, CacheOptions, FaultHandling, MapOptions, Mapping};
+use ucache::{Cache, CacheOptions, Error, FaultHandling, MapOptions, Mapping};
 
 mod common;
 use common::within;
@@ -67,4 +67,60 @@ fn exclusive_write_after_a_failed_writeback_does_not_deadlock() {
     );
     m.msync(0, BS as u64).unwrap();
     assert_eq!(&inner.get("t").unwrap()[..2], &[1, 2]);
+}
+
+/// The first plain store to a clean buffer is served by a handler thread that takes the
+/// buffer's `X` bit for the moment it lifts the write protection. Lifting it used to wake the
+/// storing thread at once, before the handler dropped `X`: the program's store had returned
+/// and nobody it knew pinned the buffer, yet an `msync` from a thread holding an exclusive pin
+/// of another buffer was refused with `WouldDeadlock` for it. Now the handler wakes the thread
+/// once the word says the store may go on.
+#[test]
+fn a_served_store_leaves_no_phantom_exclusive_pin() {
+    within(60, "stores", || {
+        let store = MemoryStore::new();
+        store.insert("t", vec![0; 2 * 4096]);
+        let cache = Cache::new(CacheOptions::new(16 * 4096).batch(1)).unwrap();
+        let m = cache
+            .map(
+                Arc::new(store),
+                "t",
+                MapOptions::new()
+                    .transparent(true)
+                    .writable(true)
+                    .fault_handling(FaultHandling::HandlerThreads(1)),
+            )
+            .unwrap();
+        let p = m.as_mut_ptr();
+        let mut phantom = 0;
+        let mut seen_x = 0;
+        for round in 0..1000u32 {
+            // Clean and write-protected again, so the next store faults to the handler.
+            m.msync(0, m.len()).unwrap();
+            // SAFETY: inside a writable transparent mapping.
+            unsafe { std::ptr::write_volatile(p, round as u8) };
+            if m.state(0).unwrap().exclusive() {
+                seen_x += 1;
+            }
+            let g = m.pin_exclusive(1).unwrap();
+            let r = m.msync(0, 4096);
+            drop(g);
+            match r {
+                Ok(()) => {}
+                Err(Error::WritebackFailed { first, .. })
+                    if matches!(*first, Error::WouldDeadlock { index: 0, .. }) =>
+                {
+                    phantom += 1
+                }
+                Err(e) => panic!("round {round}: {e:?}"),
+            }
+        }
+        m.unmap().unwrap();
+        assert_eq!(
+            (phantom, seen_x),
+            (0, 0),
+            "after its plain store returned, buffer 0 was still pinned exclusively by the handler \
+         thread ({seen_x} times seen, {phantom} msyncs refused with WouldDeadlock)"
+        );
+    });
 }
