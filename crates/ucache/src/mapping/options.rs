@@ -91,9 +91,10 @@ impl MapOptions {
     /// into ucache (userfaultfd, served on the faulting thread). Pins and the explicit
     /// primitives keep working; they order against each other and against eviction, while
     /// plain stores of other threads are ordered by the program, as under `mmap` (see
-    /// [`SharedGuard`](crate::SharedGuard) and [`ExclusiveGuard`](crate::ExclusiveGuard)). A miss is served on the stack of the access that took it: one taken
-    /// inside the program's own signal handler running on an alternate signal stack needs
-    /// about 64 KiB of that stack. Locking its pages (`mlock`) is not supported: eviction
+    /// [`SharedGuard`](crate::SharedGuard) and [`ExclusiveGuard`](crate::ExclusiveGuard)). A
+    /// miss is served on the stack of the access that took it: one taken inside the program's
+    /// own signal handler running on an alternate signal stack needs about 64 KiB of that
+    /// stack. Locking its pages (`mlock`) is not supported: eviction
     /// could not free them. Linux on x86-64 only.
     pub fn transparent(mut self, transparent: bool) -> Self {
         self.transparent = transparent;
