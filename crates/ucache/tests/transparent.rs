@@ -7,6 +7,8 @@ use std::sync::Arc;
 use ucache::store::MemoryStore;
 use ucache::{Cache, CacheOptions, MapOptions};
 
+mod common;
+
 const BS: usize = 4096;
 
 fn words(m: &ucache::Mapping) -> &[AtomicU64] {
@@ -372,4 +374,39 @@ fn readahead_runs_over_files_deliver_every_word() {
         );
         assert!(st.evictions > 0 && cache.used() <= cache.budget(), "{name}");
     }
+}
+
+/// A miss's readahead never evicts the buffer the faulting access waits for. Under a budget
+/// with room for one buffer besides the pinned ones, it did: the miss loaded buffer 0, its
+/// readahead claimed buffer 1 and evicted buffer 0 to make room, so the access faulted
+/// again, and so on for good, a plain load that never returned. Found by the API model
+/// (`tests/api_model.rs`) with two buffers, one of them pinned exclusively.
+#[test]
+fn readahead_never_evicts_the_buffer_its_fault_waits_for() {
+    common::within(20, "a plain load under a tiny budget", || {
+        let store = Arc::new(MemoryStore::new());
+        store.insert("t", vec![7; 4 * BS]);
+        // One buffer of budget.
+        let cache = Cache::new(CacheOptions::new(BS as u64).batch(1)).unwrap();
+        let m = cache
+            .map(store.clone(), "t", MapOptions::new().transparent(true))
+            .unwrap();
+        // SAFETY: inside the transparent mapping; the load faults into ucache.
+        assert_eq!(unsafe { std::ptr::read_volatile(m.as_ptr()) }, 7);
+        m.unmap().unwrap();
+        // Two buffers, one pinned exclusively.
+        let cache = Cache::new(CacheOptions::new(2 * BS as u64).batch(1)).unwrap();
+        let m = cache
+            .map(
+                store,
+                "t",
+                MapOptions::new().transparent(true).writable(true),
+            )
+            .unwrap();
+        let g = m.pin_exclusive(3).unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { std::ptr::read_volatile(m.as_ptr()) }, 7);
+        drop(g);
+        m.unmap().unwrap();
+    });
 }

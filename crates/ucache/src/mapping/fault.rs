@@ -44,8 +44,20 @@ impl MappingCore {
         loop {
             match w.phase() {
                 Phase::Evicted if w.idle() => {
-                    if self.load_one(i, w, Pin::None, write, sw)? {
-                        self.after_miss(i);
+                    // A shared pin held across the readahead the miss starts: its claims must
+                    // not evict the very buffer the access waits for. Under a budget of a
+                    // buffer or two they did, and every retry of the access loaded it again
+                    // and evicted it again, for good.
+                    let pin = if self.prefetching {
+                        Pin::Shared
+                    } else {
+                        Pin::None
+                    };
+                    if self.load_one(i, w, pin, write, sw)? {
+                        if self.prefetching {
+                            self.after_miss(i);
+                            s.unpin_shared();
+                        }
                         sw.lap(self.stats(), Counter::FaultBookkeepingNs);
                         return Ok(());
                     }
