@@ -746,6 +746,32 @@ impl Harness {
     }
 
     /// Counters only this thread moves: a call refused by validation must not move them.
+    /// A call over a byte range (`prefetch`, `evict`, `writeback`, `msync`): within the mapping
+    /// it succeeds; past it (or overflowing) it is refused with `OutOfRange` naming the range,
+    /// and changes nothing. Returns the range when the call ran.
+    fn range_call(
+        &mut self,
+        rg: Rg,
+        what: &str,
+        call: impl FnOnce(&Mapping, u64, u64) -> Result<(), Error>,
+    ) -> Option<(u64, u64)> {
+        let (off, n) = self.range(rg);
+        let before = self.demand_counters();
+        let r = call(&self.m, off, n);
+        if self.in_range((off, n)) {
+            r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            Some((off, n))
+        } else {
+            self.expect_refused(
+                &r,
+                before,
+                |e| oor_at(e, self.addr_of(off), n as usize),
+                what,
+            );
+            None
+        }
+    }
+
     fn demand_counters(&self) -> (u64, u64) {
         let s = self.cache.stats();
         (s.hits, s.misses)
@@ -899,19 +925,7 @@ impl Harness {
                 self.pin_each(&idx, *depth, false, &what);
             }
             Op::Prefetch(rg) => {
-                let (off, n) = self.range(*rg);
-                let before = self.demand_counters();
-                let r = self.m.prefetch(off, n);
-                if self.in_range((off, n)) {
-                    r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
-                } else {
-                    self.expect_refused(
-                        &r,
-                        before,
-                        |e| oor_at(e, self.addr_of(off), n as usize),
-                        &what,
-                    );
-                }
+                self.range_call(*rg, &what, |m, off, n| m.prefetch(off, n));
             }
             Op::PrefetchBuffers(v) => {
                 let idx: Vec<u64> = v.iter().map(|&x| self.index(x)).collect();
@@ -924,49 +938,14 @@ impl Harness {
                 }
             }
             Op::Evict(rg) => {
-                let (off, n) = self.range(*rg);
-                let before = self.demand_counters();
-                let r = self.m.evict(off, n);
-                if self.in_range((off, n)) {
-                    r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
-                } else {
-                    self.expect_refused(
-                        &r,
-                        before,
-                        |e| oor_at(e, self.addr_of(off), n as usize),
-                        &what,
-                    );
-                }
+                self.range_call(*rg, &what, |m, off, n| m.evict(off, n));
             }
             Op::Writeback(rg) => {
-                let (off, n) = self.range(*rg);
-                let before = self.demand_counters();
-                let r = self.m.writeback(off, n);
-                if self.in_range((off, n)) {
-                    r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
-                } else {
-                    self.expect_refused(
-                        &r,
-                        before,
-                        |e| oor_at(e, self.addr_of(off), n as usize),
-                        &what,
-                    );
-                }
+                self.range_call(*rg, &what, |m, off, n| m.writeback(off, n));
             }
             Op::Msync(rg) => {
-                let (off, n) = self.range(*rg);
-                let before = self.demand_counters();
-                let r = self.m.msync(off, n);
-                if self.in_range((off, n)) {
-                    r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
-                    self.check_store((off, n), &what);
-                } else {
-                    self.expect_refused(
-                        &r,
-                        before,
-                        |e| oor_at(e, self.addr_of(off), n as usize),
-                        &what,
-                    );
+                if let Some(done) = self.range_call(*rg, &what, |m, off, n| m.msync(off, n)) {
+                    self.check_store(done, &what);
                 }
             }
             Op::Load(rg) => {

@@ -146,45 +146,7 @@ fn readahead_turns_a_sequential_scan_into_hits() {
     assert_eq!(st.misses + st.prefetches, st.bytes_read / BS as u64);
 }
 
-/// Counts the hooks the live cache calls.
-struct Counting {
-    clock: Clock,
-    misses: Arc<std::sync::atomic::AtomicU64>,
-    inserts: Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl Policy for Counting {
-    fn name(&self) -> &str {
-        "counting"
-    }
-    fn attach(&mut self, layout: ucache::policy::Layout) {
-        self.clock.attach(layout);
-    }
-    fn choose_eviction_buffers(
-        &self,
-        buffers: &ucache::policy::Buffers<'_>,
-        want: usize,
-        out: &mut Vec<u64>,
-    ) {
-        self.clock.choose_eviction_buffers(buffers, want, out);
-    }
-    fn on_miss(&self, index: u64) {
-        use std::sync::atomic::Ordering;
-        // Called before the buffer is resident, so before its insert.
-        assert!(index < BUFFERS);
-        self.misses.fetch_add(1, Ordering::Relaxed);
-    }
-    fn on_insert(&self, index: u64) {
-        self.inserts
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.clock.on_insert(index);
-    }
-    fn on_evict(&self, index: u64) {
-        self.clock.on_evict(index);
-    }
-}
-
-/// CLOCK that logs its misses and evictions in order.
+/// CLOCK that logs its misses ('m'), inserts ('i') and evictions ('e') in order.
 struct Logging {
     clock: Clock,
     log: Arc<std::sync::Mutex<Vec<(char, u64)>>>,
@@ -209,6 +171,7 @@ impl Policy for Logging {
         self.log.lock().unwrap().push(('m', index));
     }
     fn on_insert(&self, index: u64) {
+        self.log.lock().unwrap().push(('i', index));
         self.clock.on_insert(index);
     }
     fn on_evict(&self, index: u64) {
@@ -262,16 +225,15 @@ fn on_miss_precedes_the_evictions_it_causes() {
 /// `on_miss` sees demand misses (pins, ensure_cached), not prefetches.
 #[test]
 fn on_miss_is_called_for_demand_misses_only() {
-    use std::sync::atomic::{AtomicU64, Ordering};
     let store = MemoryStore::new();
     store.insert("db", data());
     let cache = Cache::new(CacheOptions::new(BUDGET * BS as u64)).unwrap();
-    let (misses, inserts) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let policy = Counting {
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let policy = Logging {
         clock: Clock::new(),
-        misses: misses.clone(),
-        inserts: inserts.clone(),
+        log: log.clone(),
     };
+    let count = |what: char| log.lock().unwrap().iter().filter(|e| e.0 == what).count();
     let m = cache
         .map(
             Arc::new(store),
@@ -283,14 +245,14 @@ fn on_miss_is_called_for_demand_misses_only() {
         drop(m.pin_shared(i).unwrap());
     }
     drop(m.pin_shared(3).unwrap()); // a hit
-    assert_eq!(misses.load(Ordering::Relaxed), 10);
+    assert_eq!(count('m'), 10);
     m.ensure_cached_buffers(&[20, 21, 22, 3]).unwrap();
-    assert_eq!(misses.load(Ordering::Relaxed), 13);
+    assert_eq!(count('m'), 13);
     m.prefetch_buffers(&[30, 31]).unwrap();
     // Wait for the IO worker to publish the prefetched buffers.
-    while inserts.load(Ordering::Relaxed) < 15 {
+    while count('i') < 15 {
         std::thread::yield_now();
     }
-    assert_eq!(misses.load(Ordering::Relaxed), 13);
+    assert_eq!(count('m'), 13);
     assert_eq!(cache.stats().misses, 13);
 }
