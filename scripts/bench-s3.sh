@@ -19,6 +19,7 @@ if [ "${1:-}" = lookup ] || [ "${1:-}" = seq ]; then
   shift
 fi
 
+bash scripts/s3-server.sh install
 dir=$(mktemp -d "${TMPDIR:-/tmp}/ucache-s3-bench.XXXXXX")
 cleanup() {
   bash scripts/s3-server.sh stop "$dir" || true
