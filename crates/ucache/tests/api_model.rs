@@ -772,6 +772,23 @@ impl Harness {
         }
     }
 
+    /// A call on buffer `i` past the last one: refused with `OutOfRange` naming that buffer's
+    /// address and size, changing nothing.
+    fn expect_index_refused<T: Debug>(
+        &self,
+        r: &Result<T, Error>,
+        before: (u64, u64),
+        i: u64,
+        what: &str,
+    ) {
+        self.expect_refused(
+            r,
+            before,
+            |e| oor_at(e, self.addr_of(i.wrapping_mul(self.bs)), self.bs as usize),
+            what,
+        );
+    }
+
     fn demand_counters(&self) -> (u64, u64) {
         let s = self.cache.stats();
         (s.hits, s.misses)
@@ -811,12 +828,7 @@ impl Harness {
                 let before = self.demand_counters();
                 let r = self.m.pin_shared(i);
                 if i >= self.nbuf {
-                    self.expect_refused(
-                        &r,
-                        before,
-                        |e| oor_at(e, self.addr_of(i.wrapping_mul(self.bs)), self.bs as usize),
-                        &what,
-                    );
+                    self.expect_index_refused(&r, before, i, &what);
                 } else {
                     let g = r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
                     assert_eq!(g.len() as u64, self.valid(i), "{what}: guard length");
@@ -828,12 +840,7 @@ impl Harness {
                 let before = self.demand_counters();
                 let r = self.m.pin_exclusive(i);
                 if i >= self.nbuf {
-                    self.expect_refused(
-                        &r,
-                        before,
-                        |e| oor_at(e, self.addr_of(i.wrapping_mul(self.bs)), self.bs as usize),
-                        &what,
-                    );
+                    self.expect_index_refused(&r, before, i, &what);
                     return;
                 }
                 if !self.writable {
@@ -867,12 +874,7 @@ impl Harness {
                     out
                 });
                 if i >= self.nbuf {
-                    self.expect_refused(
-                        &r,
-                        before,
-                        |e| oor_at(e, self.addr_of(i.wrapping_mul(self.bs)), self.bs as usize),
-                        &what,
-                    );
+                    self.expect_index_refused(&r, before, i, &what);
                 } else {
                     let got = r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
                     assert_eq!(got.len() as u64, self.valid(i), "{what}: view length");

@@ -604,7 +604,7 @@ fn copy_error(e: &io::Error, context: &str) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::testutil::{pattern, scratch, AlignedBuf};
+    use crate::store::testutil::{pattern, scratch, AlignedBuf, Scratch};
 
     /// The store, or `None` (with a note) where io_uring is unavailable, e.g. in a sandbox.
     fn store(options: UringOptions) -> Option<UringStore> {
@@ -634,6 +634,24 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    /// Runs `f` with an O_DIRECT store (where the scratch file system allows it) and a
+    /// buffered one, each with a scratch directory of its own; nothing without io_uring.
+    fn each_mode(mut f: impl FnMut(UringStore, &Scratch, bool)) {
+        for direct in [true, false] {
+            let Some(store) = store(UringOptions {
+                direct,
+                ..UringOptions::default()
+            }) else {
+                return;
+            };
+            let dir = scratch();
+            if direct && !dir.direct_ok() {
+                continue;
+            }
+            f(store, &dir, direct);
+        }
     }
 
     fn write_pattern_file(path: &Path, len: usize) -> Vec<u8> {
@@ -804,17 +822,7 @@ mod tests {
     /// reporting success, where pread and pwrite refuse it.
     #[test]
     fn batches_at_offset_u64_max_are_invalid_not_at_the_file_start() {
-        for direct in [true, false] {
-            let Some(store) = store(UringOptions {
-                direct,
-                ..UringOptions::default()
-            }) else {
-                return;
-            };
-            let dir = scratch();
-            if direct && !dir.direct_ok() {
-                continue;
-            }
+        each_mode(|store, dir, direct| {
             let path = dir.path().join("max");
             let data = write_pattern_file(&path, 4 * 4096);
             let o = store.open_file(&path, OpenOptions::read_write()).unwrap();
@@ -838,22 +846,12 @@ mod tests {
                 "direct={direct}"
             );
             assert!(buf.iter().all(|&b| b == 0xEE), "direct={direct}");
-        }
+        });
     }
 
     #[test]
     fn batch_tail_and_past_end() {
-        for direct in [true, false] {
-            let Some(store) = store(UringOptions {
-                direct,
-                ..UringOptions::default()
-            }) else {
-                return;
-            };
-            let dir = scratch();
-            if direct && !dir.direct_ok() {
-                continue;
-            }
+        each_mode(|store, dir, direct| {
             let path = dir.path().join("tail");
             let data = write_pattern_file(&path, 10_000);
             let o = store.open_file(&path, OpenOptions::read_only()).unwrap();
@@ -865,7 +863,7 @@ mod tests {
             let got: Vec<usize> = out.iter().map(|r| *r.as_ref().unwrap()).collect();
             assert_eq!(got, [4096, 4096, 10_000 - 8192, 0], "direct={direct}");
             assert!(buf[..10_000] == data[..]);
-        }
+        });
     }
 
     #[test]
