@@ -4,7 +4,7 @@ use std::ffi::c_void;
 
 use ucache_core::{Cache, CacheOptions, StatsSnapshot};
 
-use crate::handle::{Out, Registry};
+use crate::handle::{arg, Out, Registry};
 use crate::status::{call, ucache_status, Fail};
 
 /// A cache: one memory budget shared by its mappings. Opaque; created by
@@ -75,11 +75,7 @@ pub extern "C" fn ucache_cache_new(
 ) -> ucache_status {
     call(|| {
         let out = Out::new(out, "out")?;
-        if options.is_null() {
-            return Err(Fail::null("options"));
-        }
-        // SAFETY: not NULL; documented as pointing to an initialised options struct.
-        let o = unsafe { *options };
+        let o = arg(options, "options")?;
         let mut co = CacheOptions::new(o.memory_bytes)
             .background_eviction(o.background_eviction)
             .profile_faults(o.profile_faults);

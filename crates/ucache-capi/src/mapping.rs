@@ -6,7 +6,7 @@ use std::sync::Arc;
 use ucache_core::{FaultAction, FaultHandling, MapOptions, Mapping};
 
 use crate::cache::{cache_of, ucache_cache};
-use crate::handle::{c_str, slice, slice_mut, Out, Registry};
+use crate::handle::{arg, c_str, slice, slice_mut, Out, Registry};
 use crate::policy::{by_name, ucache_policy_ops, CPolicy};
 use crate::status::{call, ucache_status, Fail};
 use crate::store::{ucache_store, STORES};
@@ -99,6 +99,9 @@ pub extern "C" fn ucache_map_options_init(options: *mut ucache_map_options) -> u
     })
 }
 
+/// A callback's user pointer, which ucache passes through without reading it.
+struct User(*mut c_void);
+
 /// The fault hook's user pointer, moved into the hook closure.
 struct FaultUser(*mut c_void);
 // SAFETY: `ucache_map_options.fault_user` is documented as used from any faulting thread.
@@ -112,8 +115,10 @@ fn map_options(o: &ucache_map_options) -> Result<MapOptions, Fail> {
     let c_policy = if o.policy_ops.is_null() {
         None
     } else {
-        // SAFETY: not NULL; documented as pointing to an initialised table for the call.
-        Some(CPolicy::new(unsafe { &*o.policy_ops }, o.policy_user)?)
+        Some(CPolicy::new(
+            arg(o.policy_ops, "policy_ops")?,
+            o.policy_user,
+        )?)
     };
     let mut m = MapOptions::new()
         .buffer_size(o.buffer_size)
@@ -173,8 +178,7 @@ pub extern "C" fn ucache_map(
         let opts = if options.is_null() {
             MapOptions::new()
         } else {
-            // SAFETY: not NULL; documented as pointing to initialised options for the call.
-            map_options(unsafe { &*options })?
+            map_options(arg(options, "options")?)?
         };
         let out = Out::new(out, "out")?;
         let cache = cache_of(cache)?;
@@ -290,12 +294,13 @@ pub extern "C" fn ucache_read_optimistic(
         let bs = m.buffer_size() as u64;
         let start = index.saturating_mul(bs);
         let len = m.len().saturating_sub(start).min(bs) as usize;
+        let user = User(user);
         let r = m.read_optimistic(index, |_view| {
             // The view proves `index` is in range; its bytes are at the base plus its offset.
             let data = m.as_ptr().wrapping_add(start as usize);
             // SAFETY: the C callback with `len` bytes of the live mapping region at `data`
             // (racy reads there are what `ucache_read_fn` documents) and its user pointer.
-            unsafe { read(data, len, user) }
+            unsafe { read(data, len, user.0) }
         })?;
         result.set(r);
         Ok(())
@@ -442,9 +447,10 @@ pub extern "C" fn ucache_pin_each(
         let visit = visit.ok_or_else(|| Fail::null("visit"))?;
         let m = mapping_of(mapping)?;
         let indices = slice(indices, count, "indices")?;
+        let user = User(user);
         Ok(m.pin_each(indices.iter().copied(), depth, |i, bytes| {
             // SAFETY: the C callback with the pinned buffer's bytes and its user pointer.
-            unsafe { visit(i, bytes.as_ptr(), bytes.len(), user) }
+            unsafe { visit(i, bytes.as_ptr(), bytes.len(), user.0) }
         })?)
     })
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use ucache_core::{ExclusiveGuard, Mapping, SharedGuard};
 
-use crate::handle::Out;
+use crate::handle::{arg, Out};
 use crate::mapping::{mapping_of, ucache_mapping};
 use crate::status::{call, ucache_status, Fail};
 
@@ -130,19 +130,20 @@ pub extern "C" fn ucache_pin_exclusive(
 #[no_mangle]
 pub extern "C" fn ucache_unpin(pin: *mut ucache_pin) -> ucache_status {
     call(|| {
-        if pin.is_null() {
-            return Err(Fail::null("pin"));
-        }
-        // SAFETY: not NULL; a pin made by `Box::into_raw` above and not yet released (the
-        // documented contract). Only read here.
-        let p = unsafe { &*pin };
+        let p = arg(pin, "pin")?;
         if matches!(p.guard, Guard::Exclusive(_)) && p.thread != this_thread() {
             return Err(Fail::bad(
                 "an exclusive pin must be released on the thread that took it",
             ));
         }
-        // SAFETY: as above; ownership goes back to the Box, which drops guard then mapping.
-        drop(unsafe { Box::from_raw(pin) });
+        release(pin);
         Ok(())
     })
+}
+
+/// Drops a pin handed out by `Box::into_raw`: unpins the buffer, then lets go of the mapping.
+fn release(pin: *mut ucache_pin) {
+    // SAFETY: a pin made by `Box::into_raw` in this file and not released yet (the contract
+    // of `ucache_unpin`), so ownership goes back to a Box exactly once.
+    drop(unsafe { Box::from_raw(pin) });
 }

@@ -235,3 +235,44 @@ pub extern "C" fn ucache_status_name(status: i32) -> *const c_char {
         .map_or(c"UCACHE_UNKNOWN_STATUS", |(_, c)| c.as_c_str())
         .as_ptr()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn last_error() -> String {
+        // SAFETY: `ucache_last_error` returns a valid NUL-terminated string.
+        unsafe { CStr::from_ptr(ucache_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_a_status_and_a_message() {
+        let s = call(|| panic!("deliberate"));
+        assert_eq!(s, UCACHE_ERR_PANIC);
+        assert!(last_error().contains("deliberate"), "{}", last_error());
+        assert!(!guard::<bool>(|| panic!("again")));
+    }
+
+    #[test]
+    fn errors_map_to_their_codes_and_messages() {
+        assert_eq!(call(|| Err(Error::ReadOnly.into())), UCACHE_ERR_READ_ONLY);
+        assert_eq!(last_error(), "mapping is read-only");
+        assert_eq!(call(|| Ok(())), UCACHE_OK);
+        assert_eq!(last_error(), "mapping is read-only", "success leaves the message");
+    }
+
+    #[test]
+    fn every_status_has_its_name() {
+        for s in ALL {
+            // SAFETY: a static NUL-terminated string.
+            let name = unsafe { CStr::from_ptr(ucache_status_name(s as i32)) };
+            assert_eq!(name.to_str().unwrap(), format!("{s:?}"));
+        }
+        let mut codes: Vec<i32> = ALL.iter().map(|&s| s as i32).collect();
+        codes.dedup();
+        assert_eq!(codes.len(), ALL.len());
+    }
+}

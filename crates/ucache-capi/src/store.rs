@@ -9,7 +9,7 @@ use ucache_core::store::{
 };
 use ucache_core::{Error, Result};
 
-use crate::handle::{c_str, slice, slice_mut, Out, Registry};
+use crate::handle::{arg, c_str, slice, slice_mut, Out, Registry};
 use crate::status::{call, ucache_status, Fail};
 
 /// A store: where mappings' bytes come from and go to. Opaque; created by `ucache_store_new`
@@ -60,9 +60,11 @@ pub extern "C" fn ucache_store_new(
                 memory = Some(m.clone());
                 Arc::new(m)
             }
-            other => return Err(Fail::bad(format!(
+            other => {
+                return Err(Fail::bad(format!(
                 "unknown store kind '{other}' (file, file-direct, uring, uring-buffered, memory)"
-            ))),
+            )))
+            }
         };
         out.set(STORES.insert(StoreEntry { store, memory }) as *mut ucache_store);
         Ok(())
@@ -357,11 +359,7 @@ pub extern "C" fn ucache_store_from_ops(
 ) -> ucache_status {
     call(|| {
         let out = Out::new(out, "out")?;
-        if ops.is_null() {
-            return Err(Fail::null("ops"));
-        }
-        // SAFETY: not NULL; documented as pointing to an initialised table.
-        let ops = unsafe { *ops };
+        let ops = *arg(ops, "ops")?;
         if ops.open.is_none() || ops.len.is_none() || ops.read.is_none() {
             return Err(Fail::null(
                 "ops->open, ops->len and ops->read are required: one",

@@ -1,0 +1,192 @@
+//! Builds the C examples in examples/c against include/ucache.h and the library this test
+//! was built with, runs each, and checks its exit status and output; then runs them under a
+//! memory checker: valgrind's memcheck where installed, and AddressSanitizer for the
+//! transparent example (valgrind does not implement userfaultfd, so that mapping could not
+//! even be made under it). No test here measures time: the watchdog only ends hangs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one example may run before it is taken for hung.
+const WATCHDOG: Duration = Duration::from_secs(300);
+
+/// Flags a Rust static library needs from the system (`rustc --print native-static-libs`).
+const STATIC_LIBS: &[&str] = &[
+    "-lgcc_s",
+    "-lutil",
+    "-lrt",
+    "-lpthread",
+    "-lm",
+    "-ldl",
+    "-lc",
+];
+
+fn manifest_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The directory holding libucache.so and libucache.a of this build: the profile directory
+/// above this test's own executable (target/<profile>/deps/c_examples-*), which follows
+/// CARGO_TARGET_DIR and the profile.
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    assert!(
+        dir.join("libucache.so").exists() && dir.join("libucache.a").exists(),
+        "libucache.so/.a not found in {}: build with `cargo build -p ucache-capi`",
+        dir.display()
+    );
+    dir.to_path_buf()
+}
+
+fn cc() -> String {
+    std::env::var("CC").unwrap_or_else(|_| "cc".into())
+}
+
+/// Compiles examples/c/`name`.c into `out`, against the shared library (or the static one),
+/// with extra flags.
+fn compile(name: &str, out: &Path, static_lib: bool, extra: &[&str]) -> Result<(), String> {
+    let dir = manifest_dir();
+    let lib = lib_dir();
+    let mut cmd = Command::new(cc());
+    cmd.args(["-std=c11", "-g", "-Wall", "-Wextra", "-Werror", "-pthread"])
+        .args(extra)
+        .arg("-I")
+        .arg(dir.join("include"))
+        .arg(dir.join("examples/c").join(format!("{name}.c")))
+        .arg("-o")
+        .arg(out);
+    if static_lib {
+        cmd.arg(lib.join("libucache.a")).args(STATIC_LIBS);
+    } else {
+        cmd.arg("-L")
+            .arg(&lib)
+            .arg("-lucache")
+            .arg(format!("-Wl,-rpath,{}", lib.display()));
+    }
+    let o = cmd.output().map_err(|e| format!("running {}: {e}", cc()))?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "compiling {name}.c failed:\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        ))
+    }
+}
+
+/// Runs a command to completion, killing it if it outlives the watchdog.
+fn run(mut cmd: Command) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let start = Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > WATCHDOG {
+            let _ = child.kill();
+            let o = child.wait_with_output().expect("wait");
+            panic!(
+                "{cmd:?} hung (killed after {WATCHDOG:?}); stderr:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("wait")
+}
+
+/// Runs `cmd` and checks that it succeeded and printed "`name`: ok".
+fn expect_ok(name: &str, how: &str, cmd: Command) {
+    let o = run(cmd);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && stdout.contains(&format!("{name}: ok")),
+        "{name} ({how}) failed with {}:\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        o.status
+    );
+    println!("{name} ({how}): {}", stdout.trim());
+}
+
+fn has_valgrind() -> bool {
+    Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Builds and runs one example: plain, then under valgrind (unless `valgrind` is false), and
+/// under AddressSanitizer when `asan` is set.
+fn example(name: &str, valgrind: bool, asan: bool) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let exe = tmp.path().join(name);
+    compile(name, &exe, false, &[]).unwrap();
+    expect_ok(name, "plain", Command::new(&exe));
+
+    if valgrind {
+        if has_valgrind() {
+            let mut cmd = Command::new("valgrind");
+            // Only definite leaks count: Rust's standard library keeps some allocations
+            // (thread handles, hash tables) through pointers into them, which memcheck calls
+            // "possibly lost".
+            cmd.args([
+                "-q",
+                "--error-exitcode=1",
+                "--leak-check=full",
+                "--errors-for-leak-kinds=definite",
+            ])
+            .arg(&exe);
+            expect_ok(name, "valgrind", cmd);
+        } else {
+            println!("{name}: valgrind not on PATH, memcheck run skipped");
+        }
+    }
+    if asan {
+        let asan_exe = tmp.path().join(format!("{name}-asan"));
+        match compile(name, &asan_exe, false, &["-fsanitize=address"]) {
+            Ok(()) => expect_ok(name, "AddressSanitizer", Command::new(&asan_exe)),
+            Err(e) => println!("{name}: no AddressSanitizer build ({e}), skipped"),
+        }
+    }
+}
+
+#[test]
+fn pin() {
+    example("pin", true, false);
+}
+
+#[test]
+fn transparent() {
+    // Under valgrind the userfaultfd system call fails with ENOSYS: AddressSanitizer instead.
+    example("transparent", false, true);
+}
+
+#[test]
+fn policy() {
+    example("policy", true, false);
+}
+
+#[test]
+fn store() {
+    example("store", true, false);
+}
+
+#[test]
+fn bad_input() {
+    example("bad_input", true, false);
+}
+
+/// The static library links on its own too (with the system libraries Rust needs).
+#[test]
+fn pin_static() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let exe = tmp.path().join("pin-static");
+    compile("pin", &exe, true, &[]).unwrap();
+    expect_ok("pin", "static", Command::new(&exe));
+}
