@@ -261,7 +261,11 @@ mod tests {
         assert_eq!(call(|| Err(Error::ReadOnly.into())), UCACHE_ERR_READ_ONLY);
         assert_eq!(last_error(), "mapping is read-only");
         assert_eq!(call(|| Ok(())), UCACHE_OK);
-        assert_eq!(last_error(), "mapping is read-only", "success leaves the message");
+        assert_eq!(
+            last_error(),
+            "mapping is read-only",
+            "success leaves the message"
+        );
     }
 
     #[test]

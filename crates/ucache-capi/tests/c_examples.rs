@@ -190,3 +190,56 @@ fn pin_static() {
     compile("pin", &exe, true, &[]).unwrap();
     expect_ok("pin", "static", Command::new(&exe));
 }
+
+/// scripts/install-c.sh lays out a prefix with which `cc prog.c $(pkg-config --cflags --libs
+/// ucache)` builds a program that runs (installing this build's libraries, not a release).
+#[test]
+fn install_and_pkg_config() {
+    if Command::new("pkg-config")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("pkg-config not on PATH: install check skipped");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let prefix = tmp.path().join("prefix");
+    let script = manifest_dir().join("../../scripts/install-c.sh");
+    let mut install = Command::new("bash");
+    install
+        .arg(&script)
+        .arg(&prefix)
+        .env("UCACHE_INSTALL_FROM", lib_dir());
+    let o = run(install);
+    assert!(
+        o.status.success(),
+        "install-c.sh failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "ucache"])
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+        .output()
+        .expect("pkg-config");
+    assert!(flags.status.success(), "pkg-config does not find ucache");
+    let flags = String::from_utf8(flags.stdout).unwrap();
+    let exe = tmp.path().join("policy");
+    let examples = manifest_dir().join("examples/c");
+    let o = Command::new(cc())
+        .arg(examples.join("policy.c"))
+        .arg("-I")
+        .arg(&examples)
+        .args(flags.split_whitespace())
+        .arg("-pthread")
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("cc");
+    assert!(
+        o.status.success(),
+        "cc with pkg-config flags failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    expect_ok("policy", "installed", Command::new(&exe));
+}
