@@ -22,6 +22,9 @@ bash scripts/s3-server.sh start "$s3dir" >/dev/null
 . "$s3dir/env"
 export UCACHE_S3_REQUIRED=1
 
+# The C library first: its tests compile C programs against libucache.so/.a, which `cargo
+# test` does not build (the crate has no Rust library to link the tests with).
+cargo build -p ucache-capi
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 cargo test -p ucache --features shuttle --test model

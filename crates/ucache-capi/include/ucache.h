@@ -116,6 +116,11 @@ typedef enum ucache_status {
    */
   UCACHE_ERR_OS = 17,
   /**
+   * An earlier sync failed after write-backs the cache no longer holds: msync and unmap
+   * refuse until `ucache_clear_sync_failure`.
+   */
+  UCACHE_ERR_SYNC_POISONED = 18,
+  /**
    * A required pointer argument was NULL.
    */
   UCACHE_ERR_NULL_POINTER = 100,
@@ -195,6 +200,11 @@ typedef struct ucache_cache_options {
    * default false).
    */
   bool profile_faults;
+  /**
+   * Milliseconds a load waits for memory when nothing can be evicted before it fails with
+   * `UCACHE_ERR_BUDGET_EXHAUSTED` (default 5000).
+   */
+  uint64_t budget_wait_ms;
 } ucache_cache_options;
 
 /**
@@ -237,6 +247,10 @@ typedef struct ucache_stats {
    * Loads that failed; those buffers stayed evicted.
    */
   uint64_t read_failures;
+  /**
+   * Loads that found the budget full and nothing evictable, and so waited for memory.
+   */
+  uint64_t budget_stalls;
   /**
    * Bytes read from stores.
    */
@@ -761,11 +775,25 @@ enum ucache_status ucache_writeback(const struct ucache_mapping *mapping,
                                     uint64_t len);
 
 /**
- * Writes back the dirty buffers overlapping the range; durable when it returns.
+ * Writes back the dirty buffers overlapping the range; durable when it returns
+ * `UCACHE_OK`. After a failed sync (`UCACHE_ERR_IO`) the buffers it wrote are dirty again;
+ * if write-backs made earlier by eviction or `ucache_writeback` may have been lost with it,
+ * the mapping is poisoned and every later msync and unmap returns
+ * `UCACHE_ERR_SYNC_POISONED` until `ucache_clear_sync_failure`.
  */
 enum ucache_status ucache_msync(const struct ucache_mapping *mapping,
                                 uint64_t offset,
                                 uint64_t len);
+
+/**
+ * Lifts the poison a failed sync left on the mapping (see `ucache_msync`), once the
+ * application has dealt with the writes that may have been lost. Sets `*was_poisoned` to
+ * whether it was poisoned (may be NULL).
+ *
+ * Ownership: `was_poisoned` is the caller's. Thread safety: any thread.
+ */
+enum ucache_status ucache_clear_sync_failure(const struct ucache_mapping *mapping,
+                                             bool *was_poisoned);
 
 /**
  * Visits the `count` buffers listed in `indices` as they become available, keeping up to

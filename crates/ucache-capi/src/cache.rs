@@ -40,6 +40,9 @@ pub struct ucache_cache_options {
     /// Time the phases of faults on transparent mappings (the `fault_*_ns` statistics;
     /// default false).
     pub profile_faults: bool,
+    /// Milliseconds a load waits for memory when nothing can be evicted before it fails with
+    /// `UCACHE_ERR_BUDGET_EXHAUSTED` (default 5000).
+    pub budget_wait_ms: u64,
 }
 
 /// Fills `options` with the defaults for a cache of `memory_bytes`.
@@ -58,6 +61,7 @@ pub extern "C" fn ucache_cache_options_init(
             io_threads: 0,
             background_eviction: true,
             profile_faults: false,
+            budget_wait_ms: ucache_core::DEFAULT_BUDGET_WAIT.as_millis() as u64,
         });
         Ok(())
     })
@@ -78,7 +82,8 @@ pub extern "C" fn ucache_cache_new(
         let o = arg(options, "options")?;
         let mut co = CacheOptions::new(o.memory_bytes)
             .background_eviction(o.background_eviction)
-            .profile_faults(o.profile_faults);
+            .profile_faults(o.profile_faults)
+            .budget_wait(std::time::Duration::from_millis(o.budget_wait_ms));
         match (o.batch_buffers, o.batch_bytes) {
             (0, 0) => {}
             (n, 0) => co = co.batch(n),
@@ -126,6 +131,8 @@ pub struct ucache_stats {
     pub writeback_failures: u64,
     /// Loads that failed; those buffers stayed evicted.
     pub read_failures: u64,
+    /// Loads that found the budget full and nothing evictable, and so waited for memory.
+    pub budget_stalls: u64,
     /// Bytes read from stores.
     pub bytes_read: u64,
     /// Bytes written to stores.
@@ -180,6 +187,7 @@ impl From<StatsSnapshot> for ucache_stats {
             writebacks,
             writeback_failures,
             read_failures,
+            budget_stalls,
             bytes_read,
             bytes_written,
             prefetches,
@@ -212,6 +220,7 @@ impl From<StatsSnapshot> for ucache_stats {
             writebacks,
             writeback_failures,
             read_failures,
+            budget_stalls,
             bytes_read,
             bytes_written,
             prefetches,

@@ -414,7 +414,11 @@ pub extern "C" fn ucache_writeback(
     range_op(mapping, offset, len, Mapping::writeback)
 }
 
-/// Writes back the dirty buffers overlapping the range; durable when it returns.
+/// Writes back the dirty buffers overlapping the range; durable when it returns
+/// `UCACHE_OK`. After a failed sync (`UCACHE_ERR_IO`) the buffers it wrote are dirty again;
+/// if write-backs made earlier by eviction or `ucache_writeback` may have been lost with it,
+/// the mapping is poisoned and every later msync and unmap returns
+/// `UCACHE_ERR_SYNC_POISONED` until `ucache_clear_sync_failure`.
 #[no_mangle]
 pub extern "C" fn ucache_msync(
     mapping: *const ucache_mapping,
@@ -422,6 +426,25 @@ pub extern "C" fn ucache_msync(
     len: u64,
 ) -> ucache_status {
     range_op(mapping, offset, len, Mapping::msync)
+}
+
+/// Lifts the poison a failed sync left on the mapping (see `ucache_msync`), once the
+/// application has dealt with the writes that may have been lost. Sets `*was_poisoned` to
+/// whether it was poisoned (may be NULL).
+///
+/// Ownership: `was_poisoned` is the caller's. Thread safety: any thread.
+#[no_mangle]
+pub extern "C" fn ucache_clear_sync_failure(
+    mapping: *const ucache_mapping,
+    was_poisoned: *mut bool,
+) -> ucache_status {
+    call(|| {
+        let cleared = mapping_of(mapping)?.clear_sync_failure().is_some();
+        if !was_poisoned.is_null() {
+            Out::new(was_poisoned, "was_poisoned")?.set(cleared);
+        }
+        Ok(())
+    })
 }
 
 /// Called by `ucache_pin_each` with each buffer, pinned shared for the call. `data` is valid

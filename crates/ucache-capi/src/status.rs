@@ -51,6 +51,9 @@ pub enum ucache_status {
     UCACHE_ERR_UNMAPPED = 16,
     /// A system call ucache made failed.
     UCACHE_ERR_OS = 17,
+    /// An earlier sync failed after write-backs the cache no longer holds: msync and unmap
+    /// refuse until `ucache_clear_sync_failure`.
+    UCACHE_ERR_SYNC_POISONED = 18,
     /// A required pointer argument was NULL.
     UCACHE_ERR_NULL_POINTER = 100,
     /// A handle that is not (or no longer) a live handle of the expected type.
@@ -65,7 +68,7 @@ pub enum ucache_status {
 use ucache_status::*;
 
 /// Every status, for turning a number from C back into one.
-const ALL: [ucache_status; 22] = [
+const ALL: [ucache_status; 23] = [
     UCACHE_OK,
     UCACHE_ERR_BAD_BUFFER_SIZE,
     UCACHE_ERR_BAD_LENGTH,
@@ -84,6 +87,7 @@ const ALL: [ucache_status; 22] = [
     UCACHE_ERR_IN_USE,
     UCACHE_ERR_UNMAPPED,
     UCACHE_ERR_OS,
+    UCACHE_ERR_SYNC_POISONED,
     UCACHE_ERR_NULL_POINTER,
     UCACHE_ERR_BAD_HANDLE,
     UCACHE_ERR_PANIC,
@@ -111,6 +115,7 @@ impl ucache_status {
             Error::InUse { .. } => UCACHE_ERR_IN_USE,
             Error::Unmapped => UCACHE_ERR_UNMAPPED,
             Error::Os { .. } => UCACHE_ERR_OS,
+            Error::SyncPoisoned { .. } => UCACHE_ERR_SYNC_POISONED,
             _ => UCACHE_ERR_OTHER,
         }
     }

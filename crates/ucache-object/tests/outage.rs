@@ -26,7 +26,7 @@ fn server_outage_keeps_dirty_data_until_msync_succeeds() {
     let want = data(8 * BS, 8);
     let cfg = config(&ep, "")
         .retries(1, Duration::from_secs(2))
-        .timeouts(Duration::from_secs(5), Duration::from_millis(500));
+        .timeouts(Duration::from_secs(30), Duration::from_secs(5));
     let store = Arc::new(S3Store::chunked(cfg, BS as u64).unwrap());
     let cache = Cache::new(CacheOptions::new(64 * BS as u64)).unwrap();
     let m = cache

@@ -21,7 +21,7 @@ use crate::evictor::Evictor;
 use crate::io_worker::IoWorker;
 use crate::mapping::{check_buffer_size, MapOptions, Mapping, MappingCore};
 use crate::policy::{GlobalPolicy, GuardedGlobal, MappingUsage, ProportionalGlobal};
-use crate::stats::{Stats, StatsSnapshot};
+use crate::stats::{Counter, Stats, StatsSnapshot};
 use crate::store::Store;
 
 /// Default bytes per eviction batch: 64 buffers of 4 KiB, as vmcache (the paper uses 64–512).
@@ -57,8 +57,9 @@ fn default_io_threads() -> usize {
 /// The background evictor engages where the budget holds at least this many batches.
 pub const BACKGROUND_EVICTION_BATCHES: u64 = 64;
 
-/// How long a loader keeps trying to free memory before it reports the budget exhausted.
-const EXHAUSTED_AFTER: Duration = Duration::from_secs(5);
+/// How long a loader keeps trying to free memory before it reports the budget exhausted, by
+/// default (see [`CacheOptions::budget_wait`]).
+pub const DEFAULT_BUDGET_WAIT: Duration = Duration::from_secs(5);
 
 /// How to build a [`Cache`].
 #[derive(Clone)]
@@ -70,6 +71,7 @@ pub struct CacheOptions {
     profile: bool,
     io_threads: usize,
     background_eviction: bool,
+    budget_wait: Duration,
 }
 
 impl CacheOptions {
@@ -82,7 +84,18 @@ impl CacheOptions {
             profile: false,
             io_threads: default_io_threads(),
             background_eviction: true,
+            budget_wait: DEFAULT_BUDGET_WAIT,
         }
+    }
+    /// How long a load that needs memory waits when nothing can be evicted (every resident
+    /// buffer pinned, loading, or vetoed by its policy) before it fails with
+    /// [`Error::BudgetExhausted`] (default [`DEFAULT_BUDGET_WAIT`], 5 s). The wait restarts
+    /// whenever an eviction frees something; each load that has to wait at all counts once
+    /// in the `budget_stalls` statistic. A program whose pins are short can shorten it to
+    /// learn of a leaked pin sooner; one that holds many pins across slow work can lengthen it.
+    pub fn budget_wait(mut self, wait: Duration) -> Self {
+        self.budget_wait = wait;
+        self
     }
     /// Threads that run asynchronous prefetches and write-backs (default: one per CPU, at most
     /// 4). Each keeps its own stream of reads in flight and they share one queue of jobs, so a
@@ -176,6 +189,7 @@ pub(crate) struct CacheCore {
     pub(crate) io: IoWorker,
     evictor: Evictor,
     background_eviction: bool,
+    budget_wait: Duration,
     pub(crate) profile: bool,
 }
 
@@ -221,6 +235,7 @@ impl Cache {
                 io: IoWorker::new(options.io_threads),
                 evictor: Evictor::new(weak.clone()),
                 background_eviction: options.background_eviction,
+                budget_wait: options.budget_wait,
                 profile: options.profile,
             }),
         })
@@ -402,6 +417,7 @@ impl CacheCore {
     /// Reserves `bytes` of the budget, evicting as needed.
     pub(crate) fn reserve(&self, bytes: u64) -> Result<()> {
         let mut stuck_since: Option<Instant> = None;
+        let mut stalled = false;
         let mut spins = 0u32;
         loop {
             if self.take_if_fits(bytes) {
@@ -419,8 +435,12 @@ impl CacheCore {
             }
             // Nothing evictable right now: other evictors may hold the candidates, or every
             // buffer is pinned. Back off, and give up only after a long time without progress.
+            if !stalled {
+                stalled = true;
+                self.stats.add(Counter::BudgetStalls, 1);
+            }
             let since = *stuck_since.get_or_insert_with(Instant::now);
-            if since.elapsed() > EXHAUSTED_AFTER {
+            if since.elapsed() > self.budget_wait {
                 return Err(Error::BudgetExhausted {
                     used: self.used.load(Ordering::Relaxed),
                 });

@@ -58,9 +58,23 @@ pub enum Error {
     ReadOnly,
 
     /// Every resident buffer is pinned, being loaded, or refused eviction, so no memory can be
-    /// freed. `used` is the budget in use, in bytes.
+    /// freed. `used` is the budget in use, in bytes. A load reports it only after waiting
+    /// [`crate::CacheOptions::budget_wait`] (5 s by default) without an eviction freeing
+    /// anything, since pins held for a moment are normal.
     #[error("cache budget exhausted: {used} bytes in use and none evictable")]
     BudgetExhausted { used: u64 },
+
+    /// An earlier sync of this mapping's object failed after writes that the cache no longer
+    /// holds as dirty buffers (eviction's and `writeback`'s write-backs, left clean or
+    /// evicted): the store may have dropped those bytes ("fsyncgate"), so no later msync can
+    /// promise durability. Every msync and unmap of the mapping fails with this until
+    /// [`crate::Mapping::clear_sync_failure`]; the application decides (replay its log,
+    /// rewrite, or accept the loss). `first` is the failed sync's error.
+    #[error(
+        "an earlier sync of '{object}' failed ({first}) after write-backs the cache no longer \
+         holds: they may be lost, so msync refuses until clear_sync_failure"
+    )]
+    SyncPoisoned { object: String, first: String },
 
     /// The store returned fewer bytes than the buffer needs.
     #[error("short {op} on '{object}' at offset {offset}: {got} of {want} bytes")]

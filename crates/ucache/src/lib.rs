@@ -30,7 +30,10 @@ pub mod store;
 mod sync;
 mod uffd;
 
-pub use cache::{Cache, CacheOptions, BACKGROUND_EVICTION_BATCHES, DEFAULT_BATCH_BYTES, MAX_BATCH};
+pub use cache::{
+    Cache, CacheOptions, BACKGROUND_EVICTION_BATCHES, DEFAULT_BATCH_BYTES, DEFAULT_BUDGET_WAIT,
+    MAX_BATCH,
+};
 pub use error::{Error, Result};
 pub use fault::{FaultAction, FaultHandling, FaultHook};
 pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};

@@ -48,6 +48,7 @@ mod handle;
 mod options;
 mod pin;
 mod stream;
+mod sync_ledger;
 mod writeback;
 
 use aside::AsidePool;
@@ -88,6 +89,8 @@ pub(crate) struct MappingCore {
     fault_handling: FaultHandling,
     /// Slots and queue of set-aside buffers (transparent mappings that track access).
     aside: Option<AsidePool>,
+    /// Write-backs and syncs: what a failed sync may have lost.
+    sync_ledger: sync_ledger::SyncLedger,
 }
 
 /// `bs` if it is a buffer size a mapping can have: a power of two from 4 KiB to 1 GiB.
@@ -290,6 +293,7 @@ impl MappingCore {
             registration: std::sync::OnceLock::new(),
             fault_threads: std::sync::OnceLock::new(),
             aside,
+            sync_ledger: Default::default(),
         })
     }
 

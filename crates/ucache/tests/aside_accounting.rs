@@ -89,23 +89,19 @@ fn churn(handling: FaultHandling, secs: u64, background: bool) {
 
 #[test]
 fn churn_on_faulting_thread_gives_every_byte_back() {
-    within(60, "churn", || {
-        churn(FaultHandling::OnFaultingThread, 4, true)
-    });
+    within("churn", || churn(FaultHandling::OnFaultingThread, 4, true));
 }
 
 #[test]
 fn churn_with_handler_threads_gives_every_byte_back() {
-    within(60, "churn", || {
-        churn(FaultHandling::HandlerThreads(2), 4, true)
-    });
+    within("churn", || churn(FaultHandling::HandlerThreads(2), 4, true));
 }
 
 /// A mapping whose write-back fails cannot be unmapped; dropped, it gives back the budget of
 /// whatever it still holds, set-aside buffers included (whose budget the pool carries).
 #[test]
 fn a_dropped_mapping_with_aside_buffers_gives_every_byte_back() {
-    within(60, "drop", || {
+    within("drop", || {
         let cache = Cache::new(
             CacheOptions::new(64 * BS as u64)
                 .batch(2)
@@ -183,7 +179,7 @@ fn one_cpu() {
 /// evicted while the pool still carried one, and its check at unmap panicked.
 #[test]
 fn unmap_racing_the_eviction_of_a_set_aside_buffer_does_not_panic() {
-    within(120, "race", || {
+    within("race", || {
         one_cpu();
         for attempt in 0..20 {
             let cache = Cache::new(
@@ -246,7 +242,7 @@ fn unmap_racing_the_eviction_of_a_set_aside_buffer_does_not_panic() {
 /// the evictor over and over with few evictions, and `evictions_ahead` outgrew `evictions`.
 #[test]
 fn evictions_ahead_are_a_part_of_evictions() {
-    within(60, "evictor", || {
+    within("evictor", || {
         let budget = 128u64;
         let cache = Cache::new(CacheOptions::new(budget * BS as u64).batch(2)).unwrap();
         let m = cache.map(store("o", 1024), "o", tracked()).unwrap();

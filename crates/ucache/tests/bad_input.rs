@@ -1,5 +1,7 @@
 //! Bad input gets a typed error and corrupts nothing.
 
+mod common;
+
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -437,15 +439,11 @@ fn failed_and_short_prefetch_runs_are_settled_buffer_by_buffer() {
     let c = Cache::new(CacheOptions::new(64 * BS as u64).batch(8)).unwrap();
     let m = c.map(Arc::new(faults), "o", MapOptions::new()).unwrap();
     let settled = |failures: u64, prefetches: u64| {
-        let t = std::time::Instant::now();
-        while c.stats().read_failures < failures || c.stats().prefetches < prefetches {
-            assert!(
-                t.elapsed().as_secs() < 10,
-                "prefetch never settled: {:?}",
-                c.stats()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        common::until(
+            "the prefetch to settle",
+            || c.stats().read_failures >= failures && c.stats().prefetches >= prefetches,
+            || c.stats(),
+        );
         // Every buffer is out of Loading once its run is settled.
         while (0..32).any(|i| m.state(i).unwrap().phase() == ucache::state::Phase::Loading) {
             std::thread::yield_now();

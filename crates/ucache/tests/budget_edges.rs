@@ -31,7 +31,7 @@ fn foreground(budget: u64, batch: usize) -> CacheOptions {
 /// with `BudgetExhausted` although every resident buffer of it was evictable.
 #[test]
 fn a_tracked_mapping_keeps_loading_with_the_rest_of_the_budget_pinned() {
-    within(30, "eviction", || {
+    within("eviction", || {
         let cache = Cache::new(foreground(32 * BS as u64, 2)).unwrap();
         let s = store("o", 64);
         let a = cache.map(s.clone(), "o", tracked()).unwrap();
@@ -86,7 +86,7 @@ impl Policy for Veto {
 /// buffers), holding its slot and budget however much the mapping churned.
 #[test]
 fn a_vetoed_set_aside_buffer_gets_its_turn_again() {
-    within(60, "eviction", || {
+    within("eviction", || {
         let vetoed = Arc::new(Mutex::new(HashSet::new()));
         let cache = Cache::new(foreground(64 * BS as u64, 4)).unwrap();
         let n = 2048u64;
@@ -157,7 +157,7 @@ impl GlobalPolicy for OverQuotaOnly {
 /// while the other mappings' buffers were all evictable.
 #[test]
 fn a_global_policy_that_offers_too_few_mappings_does_not_exhaust_the_budget() {
-    within(30, "eviction", || {
+    within("eviction", || {
         let cache =
             Cache::new(foreground(16 * BS as u64, 2).global_policy(Arc::new(OverQuotaOnly)))
                 .unwrap();
@@ -185,7 +185,7 @@ fn a_global_policy_that_offers_too_few_mappings_does_not_exhaust_the_budget() {
 /// the batch that a distinct victim could fill.
 #[test]
 fn duplicate_candidates_are_not_counted_as_cancelled_evictions() {
-    within(30, "eviction", || {
+    within("eviction", || {
         let cache = Cache::new(foreground(8 * BS as u64, 4)).unwrap();
         let m = cache.map(store("o", 64), "o", MapOptions::new()).unwrap();
         let pinned: Vec<_> = (0..6).map(|i| m.pin_shared(i).unwrap()).collect();
@@ -225,7 +225,7 @@ impl GlobalPolicy for HalfHeadroom {
 /// hard limit, failing it after 5 s with `BudgetExhausted` at half the budget.
 #[test]
 fn an_early_eviction_request_does_not_fail_a_load_that_fits_the_budget() {
-    within(30, "eviction", || {
+    within("eviction", || {
         let cache = Cache::new(foreground(16 * BS as u64, 2).global_policy(Arc::new(HalfHeadroom)))
             .unwrap();
         let m = cache.map(store("o", 64), "o", MapOptions::new()).unwrap();
@@ -274,7 +274,7 @@ fn set_aside_pools_share_a_quarter_of_the_budget() {
 /// most the budget less its pool, aside buffers included.
 #[test]
 fn set_aside_buffers_are_not_charged_twice() {
-    within(30, "eviction", || {
+    within("eviction", || {
         let budget = 64 * BS as u64;
         let cache = Cache::new(foreground(budget, 2)).unwrap();
         let m = cache.map(store("o", 512), "o", tracked()).unwrap();
@@ -306,7 +306,7 @@ fn set_aside_buffers_are_not_charged_twice() {
 /// (clean, so nothing is lost) and the accounting stays exact.
 #[test]
 fn a_restore_without_room_fails_as_a_miss_and_loses_nothing() {
-    within(60, "eviction", || {
+    within("eviction", || {
         let budget = 64 * BS as u64;
         let cache = Cache::new(foreground(budget, 2)).unwrap();
         let s = store("o", 512);

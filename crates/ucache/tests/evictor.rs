@@ -3,8 +3,9 @@
 //! ends with its cache, and a policy that panics on its thread stops neither it nor the
 //! cache. One test, because it counts the process's evictor threads.
 
+mod common;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use ucache::policy::{Buffers, Clock, Layout, Policy};
 use ucache::store::MemoryStore;
@@ -61,12 +62,8 @@ fn sweep_with(cache: &Cache, budget_buffers: u64, options: MapOptions) -> ucache
     m
 }
 
-fn until(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+fn until(what: &str, f: impl FnMut() -> bool) {
+    common::until(what, f, || ());
 }
 
 #[test]

@@ -196,7 +196,6 @@ fn pin_each_deeper_than_the_budget_pauses_instead_of_failing() {
             .map(store, path.to_str().unwrap(), MapOptions::new())
             .unwrap();
         let list: Vec<u64> = (0..300).map(|k| k * 37 % BUFFERS).collect();
-        let t = std::time::Instant::now();
         let mut seen = 0;
         m.pin_each(list.iter().copied(), 32, |i, b| {
             assert_eq!(
@@ -208,10 +207,10 @@ fn pin_each_deeper_than_the_budget_pauses_instead_of_failing() {
         .unwrap();
         assert_eq!(seen, list.len(), "{name}");
         assert!(cache.used() <= cache.budget(), "{name}");
-        assert!(
-            t.elapsed() < std::time::Duration::from_secs(4),
-            "{name}: the stream waited for memory ({:?})",
-            t.elapsed()
+        assert_eq!(
+            cache.stats().budget_stalls,
+            0,
+            "{name}: the stream waited for memory"
         );
     }
 }
@@ -234,7 +233,7 @@ fn pin_each_callback_pinning_a_buffer_of_its_own_stream_is_refused_not_a_hang() 
 }
 
 fn run_neighbour_walk(name: &'static str, store: Arc<dyn Store>, path: std::path::PathBuf) {
-    within(10, name, move || {
+    within(name, move || {
         for _ in 0..20 {
             let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(8)).unwrap();
             let m = cache
@@ -270,7 +269,7 @@ fn pin_each_callback_panic_settles_the_reads_in_flight() {
     let path = make_file(dir.path());
     for (name, store) in stores() {
         let path = path.clone();
-        within(10, name, move || {
+        within(name, move || {
             let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(8)).unwrap();
             let m = cache
                 .map(store, path.to_str().unwrap(), MapOptions::new())

@@ -42,7 +42,7 @@ fn exclusive_write_after_a_failed_writeback_does_not_deadlock() {
     ));
     let p = m.as_mut_ptr() as usize;
     // A plain store: a missing write fault, served dirty and writable.
-    within(10, "first store", move || unsafe { *(p as *mut u8) = 1 });
+    within("first store", move || unsafe { *(p as *mut u8) = 1 });
     assert!(
         m.state(0).unwrap().dirty(),
         "{:?} {:?}",
@@ -57,7 +57,6 @@ fn exclusive_write_after_a_failed_writeback_does_not_deadlock() {
     assert!(st.dirty() && !st.writing(), "{st:?}");
     // Now a write through an exclusive guard.
     within(
-        10,
         "a store through an exclusive guard of a dirty buffer whose write-back failed: the \
          handler thread waits for the holder's pin, the holder for the handler",
         move || {
@@ -77,7 +76,7 @@ fn exclusive_write_after_a_failed_writeback_does_not_deadlock() {
 /// once the word says the store may go on.
 #[test]
 fn a_served_store_leaves_no_phantom_exclusive_pin() {
-    within(60, "stores", || {
+    within("stores", || {
         let store = MemoryStore::new();
         store.insert("t", vec![0; 2 * 4096]);
         let cache = Cache::new(CacheOptions::new(16 * 4096).batch(1)).unwrap();

@@ -94,7 +94,7 @@ fn a_panicking_open_is_an_error() {
 #[test]
 fn panicking_reads_fail_the_access_and_leave_the_buffer_loadable() {
     quiet_panics();
-    within(60, "a buffer was left claimed", || {
+    within("a buffer was left claimed", || {
         let (_, s, on) = setup(32);
         let c = cache();
         let m = c.map(s, "o", MapOptions::new()).unwrap();
@@ -121,7 +121,7 @@ fn panicking_reads_fail_the_access_and_leave_the_buffer_loadable() {
 #[test]
 fn panicking_writes_keep_the_data_dirty() {
     quiet_panics();
-    within(60, "a buffer was left claimed", || {
+    within("a buffer was left claimed", || {
         let (mem, s, on) = setup(16);
         let c = cache();
         let m = c.map(s, "o", MapOptions::new().writable(true)).unwrap();
@@ -150,7 +150,7 @@ fn panicking_writes_keep_the_data_dirty() {
 #[test]
 fn a_panicking_read_under_a_transparent_access_goes_to_the_fault_hook() {
     quiet_panics();
-    within(60, "a buffer was left claimed", || {
+    within("a buffer was left claimed", || {
         let (_, s, on) = setup(16);
         let c = cache();
         let calls = Arc::new(AtomicUsize::new(0));
@@ -241,7 +241,7 @@ impl Object for Impatient {
 #[test]
 fn a_stream_ended_early_leaves_no_claim_behind() {
     for (transparent, forgetful) in [(false, false), (true, false), (false, true), (true, true)] {
-        within(60, "a buffer was left claimed", move || {
+        within("a buffer was left claimed", move || {
             let (mem, _, _) = setup(64);
             let c = cache();
             let o = MapOptions::new().transparent(transparent).readahead(false);
@@ -261,7 +261,7 @@ fn a_stream_ended_early_leaves_no_claim_behind() {
 /// visits it), and the buffer loads on the next pin.
 #[test]
 fn pin_each_over_a_store_that_drops_a_request_leaves_no_claim() {
-    within(60, "a buffer was left claimed", || {
+    within("a buffer was left claimed", || {
         let (mem, _, _) = setup(8);
         let c = cache();
         let store = ImpatientStore {

@@ -236,8 +236,9 @@ impl Object for HookObject {
     }
 }
 
-/// Unmap's first pass writes everything back; a plain store then dirties a buffer again and
-/// the device goes away, so its eviction pass fails. Every retry must fail as long as the
+/// Unmap's first pass writes everything back; a plain store then dirties another buffer (one
+/// the pass did not write: those it wrote stay claimed until its sync returns) and the device
+/// goes away, so its eviction pass fails. Every retry must fail as long as the
 /// device is gone, and the data must reach the store once it is back.
 #[test]
 fn unmap_that_fails_after_its_write_back_pass_can_be_retried_without_loss() {
@@ -261,23 +262,24 @@ fn unmap_that_fails_after_its_write_back_pass_can_be_retried_without_loss() {
     let fail = store.fail_writes.clone();
     *store.on_sync.lock().unwrap() = Some(Box::new(move || {
         // SAFETY: as above; the mapping is live inside unmap.
-        unsafe { std::ptr::write_volatile((base + 1) as *mut u8, 0x22) };
+        unsafe { std::ptr::write_volatile((base + BS) as *mut u8, 0x22) };
         fail.store(true, Ordering::SeqCst);
     }));
     let err = m
         .unmap()
-        .expect_err("the eviction pass cannot write buffer 0");
+        .expect_err("the eviction pass cannot write buffer 1");
     let mut m = err.mapping;
-    assert!(m.state(0).unwrap().dirty());
+    assert!(m.state(1).unwrap().dirty());
     for _ in 0..2 {
         let err = m.unmap().expect_err("the device is still gone");
         m = err.mapping;
     }
     // The mapping is whole again: it takes calls, and the cache still finds it.
-    assert_eq!(m.pin_shared(0).unwrap()[1], 0x22);
-    assert!(cache.msync(m.as_ptr(), BS).is_err());
+    assert_eq!(m.pin_shared(1).unwrap()[0], 0x22);
+    assert!(cache.msync(m.as_ptr(), 2 * BS).is_err());
     store.fail_writes.store(false, Ordering::SeqCst);
     m.unmap().unwrap();
-    assert_eq!(&mem.get("o").unwrap()[..2], &[0x11, 0x22]);
+    let d = mem.get("o").unwrap();
+    assert_eq!((d[0], d[BS]), (0x11, 0x22));
     assert_eq!(cache.used(), 0);
 }

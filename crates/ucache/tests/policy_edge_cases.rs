@@ -2,6 +2,8 @@
 //! its fix: residency beyond what a policy was sized for, batched eviction, victims behind
 //! pinned buffers, and a mapping whose share is below the whole budget.
 
+mod common;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -90,9 +92,9 @@ fn store(buffers: u64) -> Arc<MemoryStore> {
     Arc::new(s)
 }
 
-/// Runs `f` on a thread and fails if it has not finished after `secs` (it is then left
+/// Runs `f` on a thread and fails if it makes no step for [`common::HANG`] (it is then left
 /// spinning; the test process ends with the harness).
-fn within(secs: u64, f: impl FnOnce(&dyn Fn(u64)) + Send + 'static) {
+fn within_steps(f: impl FnOnce(&dyn Fn(u64)) + Send + 'static) {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         f(&|i| {
@@ -101,10 +103,13 @@ fn within(secs: u64, f: impl FnOnce(&dyn Fn(u64)) + Send + 'static) {
     });
     let mut last = None;
     loop {
-        match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+        match rx.recv_timeout(common::HANG) {
             Ok(i) => last = Some(i),
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
-            Err(_) => panic!("no progress for {secs} s; last step done: {last:?}"),
+            Err(_) => panic!(
+                "no progress for {:?}; last step done: {last:?}",
+                common::HANG
+            ),
         }
     }
 }
@@ -128,7 +133,7 @@ impl GlobalPolicy for Overcommit {
 /// answers, and a full ring refuses a key instead of spinning.
 #[test]
 fn an_overcommitting_global_policy_is_held_to_the_budget() {
-    within(10, |step| {
+    within_steps(|step| {
         let cache = Cache::new(
             CacheOptions::new(8 * BS as u64)
                 .batch(1)

@@ -1,6 +1,8 @@
 //! `prefetch` over more than one IO job: a call is split into runs of 128 KiB, each handed to
 //! the IO threads as soon as it is claimed, and never claims more than the budget holds.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,25 +38,25 @@ impl Policy for LowestAfterFirstRun {
         self.buffers = layout.buffers;
     }
     fn choose_eviction_buffers(&self, b: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
-        let t = Instant::now();
-        while (0..32).any(|i| b.state(i).phase() == Phase::Loading)
-            && t.elapsed() < Duration::from_secs(2)
-        {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        common::until(
+            "the first run's loads",
+            || (0..32).all(|i| b.state(i).phase() != Phase::Loading),
+            || (),
+        );
         out.extend((0..self.buffers).filter(|&i| b.is_candidate(i)).take(want));
     }
 }
 
 /// Waits until `n` prefetched loads are done and no buffer is loading.
 fn settle(c: &Cache, m: &Mapping, n: u64) {
-    let t = Instant::now();
-    while c.stats().prefetches < n
-        || (0..m.buffers()).any(|i| m.state(i).unwrap().phase() == Phase::Loading)
-    {
-        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", c.stats());
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    common::until(
+        "the prefetches to land",
+        || {
+            c.stats().prefetches >= n
+                && (0..m.buffers()).all(|i| m.state(i).unwrap().phase() != Phase::Loading)
+        },
+        || c.stats(),
+    );
 }
 
 fn cached(m: &Mapping) -> Vec<u64> {
@@ -132,7 +134,6 @@ fn concurrent_ensure_cached_calls_do_not_wait_on_each_others_claims() {
         )
         .unwrap();
     let start = std::sync::Barrier::new(2);
-    let t0 = Instant::now();
     std::thread::scope(|s| {
         for first in [0u64, 32] {
             let (m, start) = (&m, &start);
@@ -142,22 +143,21 @@ fn concurrent_ensure_cached_calls_do_not_wait_on_each_others_claims() {
             });
         }
     });
-    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     assert!(cache.used() <= cache.budget());
 }
 
 /// More buffers than the budget holds cannot all be resident when `ensure_cached` returns:
-/// refused at once rather than after the 5 s that `reserve` waits for memory.
+/// refused at once rather than after the 5 s that `reserve` waits for memory (a wait would
+/// have ended in `BudgetExhausted`, and counted a stall).
 #[test]
 fn ensure_cached_of_more_than_the_budget_is_refused_at_once() {
     let store = MemoryStore::new();
     store.insert("o", vec![0; 64 * 4096]);
     let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
     let m = cache.map(Arc::new(store), "o", MapOptions::new()).unwrap();
-    let t0 = Instant::now();
     let r = m.ensure_cached(0, 32 * 4096);
     assert!(matches!(r, Err(ucache::Error::BadLength { .. })), "{r:?}");
-    assert!(t0.elapsed() < Duration::from_secs(1));
+    assert_eq!(cache.stats().budget_stalls, 0);
     // Duplicates count once.
     m.ensure_cached_buffers(&[1, 1, 2, 2, 3]).unwrap();
     assert_eq!(cache.used(), 3 * 4096);
@@ -203,7 +203,7 @@ fn pin_each_never_waits_on_a_held_hit_while_its_claims_are_unread() {
     });
     held_rx.recv().unwrap();
     let ma = m.clone();
-    let visited = within(20, move || {
+    let visited = finished_within_hang(move || {
         let mut seen = Vec::new();
         ma.pin_each([0u64, 1], 8, |i, bytes| seen.push((i, bytes[0])))
             .map(|()| seen)
@@ -226,13 +226,13 @@ fn pin_each_never_waits_on_a_held_hit_while_its_claims_are_unread() {
     }
 }
 
-/// Runs `f` on its own thread; `None` if it does not finish within `secs`.
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+/// Runs `f` on its own thread; `None` if it does not finish within [`common::HANG`].
+fn finished_within_hang<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(f());
     });
-    rx.recv_timeout(Duration::from_secs(secs)).ok()
+    rx.recv_timeout(common::HANG).ok()
 }
 
 /// A prefetched buffer is used by a pin or an optimistic read, and wasted if evicted unused; a
@@ -299,13 +299,11 @@ fn a_prefetch_of_the_budget_is_not_evicted_by_the_background_evictor() {
     let c = Cache::new(options).unwrap();
     let m = c.map(Arc::new(s), "o", MapOptions::new()).unwrap();
     m.prefetch(0, budget * BS as u64).unwrap();
-    let t = Instant::now();
-    let loading =
-        |m: &Mapping| (0..m.buffers()).any(|i| m.state(i).unwrap().phase() == Phase::Loading);
-    while loading(&m) {
-        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", c.stats());
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    common::until(
+        "the prefetch to land",
+        || (0..m.buffers()).all(|i| m.state(i).unwrap().phase() != Phase::Loading),
+        || c.stats(),
+    );
     // Let the evictor finish whatever it was woken for.
     std::thread::sleep(Duration::from_millis(200));
     let st = c.stats();

@@ -33,7 +33,7 @@ fn watchdog(secs: u64) -> Arc<AtomicBool> {
 /// the field as headroom for such adds.
 #[test]
 fn fast_pin_blind_adds_never_carry_out_of_the_pin_field_at_max_pins() {
-    let done = watchdog(60);
+    let done = watchdog(300);
     let s = Arc::new(BufferState::new());
     let cached = Word::EVICTED
         .begin_load()

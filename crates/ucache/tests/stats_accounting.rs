@@ -23,7 +23,7 @@ fn histogram_total(s: &ucache::StatsSnapshot) -> u64 {
 /// issue).
 #[test]
 fn the_miss_latency_histogram_counts_every_miss() {
-    within(30, "loads", || {
+    within("loads", || {
         let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(2)).unwrap();
         let m = cache.map(store("o", 64), "o", MapOptions::new()).unwrap();
 
@@ -51,7 +51,7 @@ fn the_miss_latency_histogram_counts_every_miss() {
 /// read itself is a memory copy. Once, the histogram started its clock after the eviction.
 #[test]
 fn a_miss_that_must_make_room_counts_the_eviction_in_its_latency() {
-    within(30, "miss", || {
+    within("miss", || {
         let store = Arc::new(FaultStore::new(store("o", 16)));
         let cache = Cache::new(CacheOptions::new(4 * BS as u64).batch(4)).unwrap();
         let m = cache
@@ -81,7 +81,7 @@ fn a_miss_that_must_make_room_counts_the_eviction_in_its_latency() {
 /// or an `unmap` that passes over them cancels no eviction.
 #[test]
 fn evicting_buffers_that_are_not_resident_cancels_nothing() {
-    within(30, "evict", || {
+    within("evict", || {
         let cache = Cache::new(
             CacheOptions::new(64 * BS as u64)
                 .batch(2)
@@ -120,7 +120,7 @@ fn evicting_buffers_that_are_not_resident_cancels_nothing() {
 /// all 240 untimed has a probability of 2e-7.
 #[test]
 fn fault_profile_samples_the_faults_of_short_lived_threads() {
-    within(60, "faults", || {
+    within("faults", || {
         const THREADS: usize = 40;
         const PER: usize = 6;
         let n = THREADS * PER;

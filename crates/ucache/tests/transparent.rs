@@ -383,7 +383,7 @@ fn readahead_runs_over_files_deliver_every_word() {
 /// (`tests/api_model.rs`) with two buffers, one of them pinned exclusively.
 #[test]
 fn readahead_never_evicts_the_buffer_its_fault_waits_for() {
-    common::within(20, "a plain load under a tiny budget", || {
+    common::within("a plain load under a tiny budget", || {
         let store = Arc::new(MemoryStore::new());
         store.insert("t", vec![7; 4 * BS]);
         // One buffer of budget.

@@ -160,8 +160,21 @@ impl Mapping {
 
     /// Writes back the dirty buffers overlapping the range and makes them durable before it
     /// returns.
+    ///
+    /// If the store's sync fails, the buffers this call wrote are dirty again (a retry
+    /// writes them again), and the sync's error is returned. If buffers written back earlier
+    /// by eviction or [`Mapping::writeback`] may have been lost with it, the mapping is also
+    /// poisoned: later calls fail with [`Error::SyncPoisoned`] until
+    /// [`Mapping::clear_sync_failure`]. An `Ok` always means durable.
     pub fn msync(&self, offset: u64, len: u64) -> Result<()> {
         self.core.msync_range(offset, len)
+    }
+
+    /// Lifts the poison a failed sync left (see [`Error::SyncPoisoned`]), once the application
+    /// has dealt with the writes that may have been lost: returns the failure it clears, or
+    /// `None` if the mapping was not poisoned.
+    pub fn clear_sync_failure(&self) -> Option<String> {
+        self.core.clear_sync_failure()
     }
 
     /// Base address of the mapping.

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::sync_ledger::SyncError;
 use super::{take_result, MappingCore};
 use crate::error::{Error, Result};
 use crate::io_worker::Job;
@@ -38,9 +39,20 @@ impl MappingCore {
         Ok(true)
     }
 
-    /// Writes claimed buffers in one store batch. Returns the failures; those buffers are dirty
-    /// again and stay resident.
+    /// Writes claimed buffers in one store batch and ends their write-back: those written are
+    /// clean, the failures dirty again and resident. Returns the failures. Used where the
+    /// write is not followed by a sync (eviction, [`crate::Mapping::writeback`]): what it
+    /// wrote is counted as written but not yet durable, for [`MappingCore::msync_buffers`].
     pub(crate) fn write_claimed(&self, claimed: &[u64]) -> Vec<Error> {
+        let n = claimed.len() as u64;
+        self.sync_ledger.begin_clean_writes(n);
+        let mut written = self.write_held(claimed);
+        self.sync_ledger.end_clean_writes(n);
+        self.finish_held(claimed, &mut written, true)
+    }
+
+    /// Writes claimed buffers in one store batch, keeping them claimed: the outcome of each.
+    fn write_held(&self, claimed: &[u64]) -> Vec<Result<()>> {
         if claimed.is_empty() {
             return Vec::new();
         }
@@ -60,24 +72,32 @@ impl MappingCore {
         let mut out = Vec::with_capacity(reqs.len());
         self.object.write_batch(&reqs, &mut out);
         drop(reqs);
+        claimed
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| {
+                take_result(&mut out, k)
+                    .map(drop)
+                    .map_err(|e| Error::io("write", self.object.name(), self.object_offset(i), e))
+            })
+            .collect()
+    }
+
+    /// Ends the write-back of claimed buffers, `outcome[k]` telling buffer `claimed[k]`'s
+    /// write: clean after a success if `synced` (the object was synced after it, or no sync
+    /// was asked for), dirty again (and writable) otherwise. Returns the write failures, with
+    /// any refusal to lift write protection.
+    fn finish_held(&self, claimed: &[u64], outcome: &mut [Result<()>], synced: bool) -> Vec<Error> {
         let mut errors = Vec::new();
         let mut ok = 0u64;
         let mut bytes = 0u64;
-        let mut failed = 0u64;
-        for (k, &i) in claimed.iter().enumerate() {
-            let r = take_result(&mut out, k);
-            let good = r.is_ok();
-            if let Err(e) = r {
-                failed += 1;
-                errors.push(Error::io(
-                    "write",
-                    self.object.name(),
-                    self.object_offset(i),
-                    e,
-                ));
-            } else {
+        for (&i, r) in claimed.iter().zip(outcome.iter_mut()) {
+            let good = r.is_ok() && synced;
+            if good {
                 ok += 1;
                 bytes += self.valid(i) as u64;
+            } else if let Err(e) = std::mem::replace(r, Ok(())) {
+                errors.push(e);
             }
             if !good && self.region.is_transparent() {
                 // Dirty again, so writable again: a dirty buffer is never write-protected,
@@ -100,7 +120,7 @@ impl MappingCore {
         let st = self.stats();
         st.add(Counter::Writebacks, ok);
         st.add(Counter::BytesWritten, bytes);
-        st.add(Counter::WritebackFailures, failed);
+        st.add(Counter::WritebackFailures, claimed.len() as u64 - ok);
         errors
     }
 
@@ -131,13 +151,20 @@ impl MappingCore {
     /// held before the pin must be durable when msync returns. That wait is refused with
     /// [`Error::WouldDeadlock`] where it could deadlock: the buffer is this thread's own, or
     /// this thread holds exclusive pins that the buffer's holder may be waiting for.
+    ///
+    /// A buffer msync writes stays claimed until the sync after its write has returned, and
+    /// is clean only if both succeeded: after a failed sync (whose writes the kernel may have
+    /// dropped, "fsyncgate") it is dirty again, so a retried msync writes it again. Writes
+    /// made before, by eviction or `writeback`, left their buffers clean or gone: if a sync
+    /// fails after such writes, the mapping is poisoned ([`super::sync_ledger`]).
     pub(super) fn msync_buffers(&self, r: std::ops::Range<u64>) -> Result<()> {
         if !self.writable {
             return Ok(());
         }
         let mut errors = Vec::new();
+        let mut sync_error = None;
         let mut pending: Vec<u64> = r.collect();
-        while !pending.is_empty() {
+        loop {
             let mut mine = Vec::new();
             let mut busy = Vec::new();
             for i in pending.drain(..) {
@@ -148,7 +175,22 @@ impl MappingCore {
                     Err(e) => errors.push(e),
                 }
             }
-            errors.extend(self.write_claimed(&mine));
+            let epoch = self.sync_ledger.epoch();
+            let mut written = self.write_held(&mine);
+            // The last round always syncs, for writes made before this call; another round
+            // syncs what it wrote before letting go of it, since its claims must not be held
+            // while it waits for other writers (two msyncs would wait on each other).
+            let mut synced = true;
+            if busy.is_empty() || written.iter().any(|w| w.is_ok()) {
+                if let Err(e) = self.sync_object(epoch) {
+                    synced = false;
+                    sync_error.get_or_insert(e);
+                }
+            }
+            errors.extend(self.finish_held(&mine, &mut written, synced));
+            if busy.is_empty() {
+                break;
+            }
             // Wait for the other writer or the pin, then look again: a successful write-back
             // left the buffer clean, a failed one left it dirty for us to write.
             for &(i, seen) in &busy {
@@ -163,9 +205,36 @@ impl MappingCore {
                 first: Box::new(errors.swap_remove(0)),
             });
         }
-        self.object
-            .sync()
-            .map_err(|e| Error::io("sync", self.object.name(), 0, e))
+        if let Some(e) = sync_error {
+            return Err(e);
+        }
+        match self.sync_ledger.poison() {
+            Some(first) => Err(Error::SyncPoisoned {
+                object: self.object.name().to_string(),
+                first,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Syncs the object, vouching for writes begun after `epoch`
+    /// ([`super::sync_ledger::SyncLedger::sync`]).
+    fn sync_object(&self, epoch: u64) -> Result<()> {
+        let sync_error = |e| Error::io("sync", self.object.name(), 0, e);
+        self.sync_ledger
+            .sync(epoch, || self.object.sync())
+            .map_err(|e| match e {
+                SyncError::Failed(e) => sync_error(e),
+                SyncError::Overtaken => sync_error(std::io::Error::other(
+                    "another sync of this mapping failed after these writes began; they are \
+                     dirty again",
+                )),
+            })
+    }
+
+    /// Lifts a poisoned mapping's poison ([`Error::SyncPoisoned`]), returning it.
+    pub(crate) fn clear_sync_failure(&self) -> Option<String> {
+        self.sync_ledger.clear()
     }
 
     /// msync's claim of buffer `i`.

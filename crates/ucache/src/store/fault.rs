@@ -44,6 +44,13 @@ pub struct FaultConfig {
     pub fail_writes: AtomicBool,
     /// Every sync fails.
     pub fail_sync: AtomicBool,
+    /// The next sync fails, once: the flag clears itself as that sync fails.
+    pub fail_next_sync: AtomicBool,
+    /// A failed sync throws away the writes made since the last good sync, as Linux may after
+    /// a failed `fsync` (it marks the pages clean and the data is gone, "fsyncgate"): each
+    /// object then reads as it did at its last good sync. Writes are recorded (their previous
+    /// bytes, read first) only while this is on.
+    pub lose_unsynced_on_failed_sync: AtomicBool,
     /// Reads return only the first half of the requested bytes, though the object is longer: a
     /// contract violation the cache must report as a short read, not treat as end of object.
     pub short_reads: AtomicBool,
@@ -173,11 +180,45 @@ impl Store for FaultStore {
 pub struct FaultObject {
     inner: Arc<dyn Object>,
     config: Arc<FaultConfig>,
+    /// With [`FaultConfig::lose_unsynced_on_failed_sync`]: the bytes each write since the last
+    /// good sync replaced, oldest first, to be put back when a sync fails.
+    unsynced: parking_lot::Mutex<Vec<(u64, Vec<u8>)>>,
 }
 
 impl FaultObject {
     pub fn new(inner: Arc<dyn Object>, config: Arc<FaultConfig>) -> Self {
-        FaultObject { inner, config }
+        FaultObject {
+            inner,
+            config,
+            unsynced: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records what a write of `len` bytes at `offset` is about to replace, if failed syncs
+    /// are to lose unsynced writes.
+    fn remember(&self, offset: u64, len: usize) {
+        if !self.config.lose_unsynced_on_failed_sync.load(Relaxed) {
+            return;
+        }
+        let mut old = vec![0u8; len];
+        let mut got = 0;
+        while got < len {
+            match self.inner.read_at(&mut old[got..], offset + got as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+        }
+        old.truncate(got);
+        self.unsynced.lock().push((offset, old));
+    }
+
+    /// Puts back what the writes since the last good sync replaced, newest first.
+    fn lose_unsynced(&self) {
+        let undo = std::mem::take(&mut *self.unsynced.lock());
+        for (offset, old) in undo.into_iter().rev() {
+            let _ = self.inner.write_at(&old, offset);
+        }
+        let _ = self.inner.sync();
     }
 
     pub fn config(&self) -> &Arc<FaultConfig> {
@@ -215,15 +256,21 @@ impl Object for FaultObject {
         if self.config.next_write_fails() {
             return Err(injected("write"));
         }
+        self.remember(offset, buf.len());
         self.inner.write_at(buf, offset)
     }
 
     fn sync(&self) -> io::Result<()> {
         self.config.syncs.fetch_add(1, Relaxed);
-        if self.config.fail_sync.load(Relaxed) {
+        if self.config.fail_sync.load(Relaxed) || self.config.fail_next_sync.swap(false, Relaxed) {
+            if self.config.lose_unsynced_on_failed_sync.load(Relaxed) {
+                self.lose_unsynced();
+            }
             return Err(injected("sync"));
         }
-        self.inner.sync()
+        self.inner.sync()?;
+        self.unsynced.lock().clear();
+        Ok(())
     }
 
     /// Decides each request's fault, then passes the survivors to the inner object as one batch
@@ -276,6 +323,7 @@ impl Object for FaultObject {
                 continue;
             }
             out.push(Err(missing_result()));
+            self.remember(r.offset(), r.len());
             // SAFETY: the same memory as `r`, lent to us until this call returns; `r` itself is
             // not touched while the inner batch runs.
             pass.push(unsafe { IoBuf::new(r.ptr(), r.len(), r.offset()) });
@@ -366,6 +414,33 @@ mod tests {
         cfg.set_unavailable(false);
         assert!(store.open("obj", OpenOptions::read_only()).is_ok());
         assert_eq!(obj.read_at(&mut [0u8; 16], 0).unwrap(), 16);
+    }
+
+    /// A failed sync throws away what was written since the last good one, batches included,
+    /// and fails only once with `fail_next_sync`.
+    #[test]
+    fn a_failed_sync_loses_the_unsynced_writes() {
+        let (store, obj, mem) = setup();
+        let cfg = store.config();
+        cfg.lose_unsynced_on_failed_sync.store(true, Relaxed);
+        obj.write_at(&[7u8; 16], 0).unwrap();
+        obj.sync().unwrap();
+        obj.write_at(&[8u8; 16], 0).unwrap();
+        obj.write_at(&[9u8; 16], 8).unwrap();
+        let mut buf = vec![5u8; 8192];
+        let mut out = Vec::new();
+        obj.write_batch(&batch(&mut buf), &mut out);
+        assert!(out.iter().all(|r| r.is_ok()));
+        cfg.fail_next_sync.store(true, Relaxed);
+        assert!(obj.sync().is_err());
+        let now = mem.get("obj").unwrap();
+        assert_eq!(now[..16], [7u8; 16], "back to the last good sync");
+        assert_eq!(now[4096], 0, "the batch is lost too");
+        assert_eq!(now[4097], 1);
+        // Once: the next sync succeeds, and keeps what it syncs.
+        obj.write_at(&[6u8; 16], 0).unwrap();
+        obj.sync().unwrap();
+        assert_eq!(mem.get("obj").unwrap()[..16], [6u8; 16]);
     }
 
     #[test]

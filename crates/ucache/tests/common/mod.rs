@@ -5,24 +5,46 @@ use std::time::Duration;
 
 use ucache::store::MemoryStore;
 
+/// How long a test may go without finishing what it waits for before it is called hung. Far
+/// above any plausible run (under valgrind, on a loaded 2-core machine): a watchdog catches
+/// hangs, it never times the code (docs/reliability.md, "tests never flake").
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub const HANG: Duration = Duration::from_secs(300);
+
 /// Runs `f` on its own thread and returns what it returns, failing the test (naming `what`)
-/// if it has not finished within `secs`: a regression in these tests is a hang, which must not
-/// stall the suite. The stuck thread is left behind; the process exit ends it. A panic in `f`
-/// is the test's own panic.
-pub fn within<T: Send + 'static>(
-    secs: u64,
-    what: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
+/// if it has not finished within [`HANG`]: a regression in these tests is a hang, which must
+/// not stall the suite. The stuck thread is left behind; the process exit ends it. A panic in
+/// `f` is the test's own panic.
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
         let _ = tx.send(r);
     });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
+    match rx.recv_timeout(HANG) {
         Ok(Ok(v)) => v,
         Ok(Err(p)) => std::panic::resume_unwind(p),
-        Err(_) => panic!("{what}: hung for {secs} s"),
+        Err(_) => panic!("{what}: hung for {HANG:?}"),
+    }
+}
+
+/// Polls `done` every millisecond until it holds, failing the test (naming `what`, with
+/// `detail`'s report) if it still does not after [`HANG`].
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn until<D: std::fmt::Debug>(
+    what: &str,
+    mut done: impl FnMut() -> bool,
+    detail: impl Fn() -> D,
+) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < HANG,
+            "timed out waiting for {what}: {:?}",
+            detail()
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
