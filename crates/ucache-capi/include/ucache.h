@@ -121,6 +121,10 @@ typedef enum ucache_status {
    */
   UCACHE_ERR_SYNC_POISONED = 18,
   /**
+   * This process is a fork of the one that made the cache, which it cannot use.
+   */
+  UCACHE_ERR_FORKED = 19,
+  /**
    * A required pointer argument was NULL.
    */
   UCACHE_ERR_NULL_POINTER = 100,

@@ -54,6 +54,8 @@ pub enum ucache_status {
     /// An earlier sync failed after write-backs the cache no longer holds: msync and unmap
     /// refuse until `ucache_clear_sync_failure`.
     UCACHE_ERR_SYNC_POISONED = 18,
+    /// This process is a fork of the one that made the cache, which it cannot use.
+    UCACHE_ERR_FORKED = 19,
     /// A required pointer argument was NULL.
     UCACHE_ERR_NULL_POINTER = 100,
     /// A handle that is not (or no longer) a live handle of the expected type.
@@ -68,7 +70,7 @@ pub enum ucache_status {
 use ucache_status::*;
 
 /// Every status, for turning a number from C back into one.
-const ALL: [ucache_status; 23] = [
+const ALL: [ucache_status; 24] = [
     UCACHE_OK,
     UCACHE_ERR_BAD_BUFFER_SIZE,
     UCACHE_ERR_BAD_LENGTH,
@@ -88,6 +90,7 @@ const ALL: [ucache_status; 23] = [
     UCACHE_ERR_UNMAPPED,
     UCACHE_ERR_OS,
     UCACHE_ERR_SYNC_POISONED,
+    UCACHE_ERR_FORKED,
     UCACHE_ERR_NULL_POINTER,
     UCACHE_ERR_BAD_HANDLE,
     UCACHE_ERR_PANIC,
@@ -116,6 +119,7 @@ impl ucache_status {
             Error::Unmapped => UCACHE_ERR_UNMAPPED,
             Error::Os { .. } => UCACHE_ERR_OS,
             Error::SyncPoisoned { .. } => UCACHE_ERR_SYNC_POISONED,
+            Error::Forked => UCACHE_ERR_FORKED,
             _ => UCACHE_ERR_OTHER,
         }
     }

@@ -191,6 +191,8 @@ pub(crate) struct CacheCore {
     background_eviction: bool,
     budget_wait: Duration,
     pub(crate) profile: bool,
+    /// The process that made the cache: a forked child may not use it ([`crate::fork`]).
+    pid: u32,
 }
 
 impl Cache {
@@ -215,6 +217,7 @@ impl Cache {
             }
             b => b,
         };
+        crate::fork::watch();
         let min = batch.buffers_for(4096) as u64 * 4096;
         if options.memory_bytes < min {
             return Err(Error::BudgetTooSmall {
@@ -237,6 +240,7 @@ impl Cache {
                 background_eviction: options.background_eviction,
                 budget_wait: options.budget_wait,
                 profile: options.profile,
+                pid: std::process::id(),
             }),
         })
     }
@@ -244,6 +248,9 @@ impl Cache {
     /// Maps `object` of `store`. See [`MapOptions`] for the buffer size, length, access mode
     /// and policy.
     pub fn map(&self, store: Arc<dyn Store>, object: &str, options: MapOptions) -> Result<Mapping> {
+        if crate::fork::is_foreign(self.core.pid) {
+            return Err(Error::Forked);
+        }
         let bs = check_buffer_size(options.buffer_size_or_default())?;
         let batch_bytes = self.core.batch_buffers(bs) as u64 * bs as u64;
         if self.core.budget < batch_bytes {
@@ -349,6 +356,10 @@ impl std::fmt::Debug for Cache {
 }
 
 impl CacheCore {
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
     pub(crate) fn budget_bytes(&self) -> u64 {
         self.budget
     }

@@ -76,6 +76,15 @@ pub enum Error {
     )]
     SyncPoisoned { object: String, first: String },
 
+    /// This process was forked from the one that made the cache: a child cannot use its
+    /// parent's caches (their IO threads, evictor and fault handling stay in the parent, and
+    /// its copy of their memory may be stale). Make a new cache in the child, or exec.
+    #[error(
+        "this process is a fork of the one that made the cache: its mappings cannot be used \
+         here (make a new cache in the child, or exec)"
+    )]
+    Forked,
+
     /// The store returned fewer bytes than the buffer needs.
     #[error("short {op} on '{object}' at offset {offset}: {got} of {want} bytes")]
     ShortIo {

@@ -15,6 +15,7 @@ pub mod error;
 mod evictor;
 mod fault;
 mod fault_thread;
+mod fork;
 mod guard;
 mod held;
 mod io_worker;

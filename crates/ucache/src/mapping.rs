@@ -383,10 +383,19 @@ impl MappingCore {
     /// check of the access paths.
     #[inline]
     fn slot(&self, i: u64) -> Result<&BufferState> {
+        if self.forked_away() {
+            return Err(Error::Forked);
+        }
         match self.states.get(i as usize) {
             Some(s) => Ok(s),
             None => Err(self.out_of_range(i)),
         }
+    }
+
+    /// Whether this process is a fork of the one that made the mapping ([`crate::fork`]).
+    #[inline]
+    pub(crate) fn forked_away(&self) -> bool {
+        crate::fork::is_foreign(self.cache.pid())
     }
 
     #[cold]
@@ -418,6 +427,9 @@ impl MappingCore {
     fn range(&self, offset: u64, len: u64) -> Result<Range<u64>> {
         if self.unmapped.load(Ordering::Relaxed) {
             return Err(Error::Unmapped);
+        }
+        if self.forked_away() {
+            return Err(Error::Forked);
         }
         match offset.checked_add(len) {
             Some(end) if end <= self.len => {

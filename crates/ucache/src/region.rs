@@ -94,6 +94,7 @@ impl Region {
             .map_err(os("userfaultfd"))?;
         u.register(r.base, r.len).map_err(os("UFFDIO_REGISTER"))?;
         r.uffd = Some(Arc::new(u));
+        crate::fork::add_region(r.base as usize, r.len);
         Ok(r)
     }
 
@@ -206,6 +207,9 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
+        if self.uffd.is_some() {
+            crate::fork::remove_region(self.base as usize);
+        }
         // SAFETY: raw/raw_len is exactly what mmap returned; no references into it outlive the
         // mapping core that owns this region.
         unsafe { libc::munmap(self.raw as *mut libc::c_void, self.raw_len) };

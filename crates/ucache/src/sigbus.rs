@@ -191,6 +191,11 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // it is not a fault, and goes to whoever handled SIGBUS before ucache. One that a handler
     // thread sent for a failed fault stands for that fault.
     let fault = code > 0 || take_fault_signal();
+    if code > 0 && crate::fork::fenced(addr) {
+        report_forked(addr);
+        chain(sig, info, ctx, true);
+        return;
+    }
     let found = if code > 0 { lookup(addr) } else { None };
     let served = match found {
         Some((core, start)) => {
@@ -212,6 +217,30 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
+}
+
+/// Installs the handler in a forked child whose transparent regions were fenced
+/// ([`crate::fork`]), so that a touch is reported before the default action.
+pub(crate) fn install_in_child() {
+    let _ = install();
+}
+
+/// Tells a forked child why it dies (write(2) of a stack buffer: nothing that could need a
+/// lock another thread of the parent held at the fork).
+fn report_forked(addr: usize) {
+    const HEAD: &[u8] = b"ucache: SIGBUS: a forked child touched a transparent mapping of its \
+parent at 0x";
+    const TAIL: &[u8] = b"; ucache mappings are not served after fork (exec, or make a new \
+cache in the child)\n";
+    let mut msg = [0u8; HEAD.len() + 16 + TAIL.len()];
+    msg[..HEAD.len()].copy_from_slice(HEAD);
+    for k in 0..16 {
+        let nibble = (addr >> (60 - 4 * k)) & 0xf;
+        msg[HEAD.len() + k] = b"0123456789abcdef"[nibble];
+    }
+    msg[HEAD.len() + 16..].copy_from_slice(TAIL);
+    // SAFETY: write(2) of a buffer we own.
+    unsafe { libc::write(2, msg.as_ptr() as *const libc::c_void, msg.len()) };
 }
 
 /// Threads that a handler thread sent `SIGBUS` for a failed fault, and that have not taken it

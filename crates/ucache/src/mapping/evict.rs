@@ -206,6 +206,9 @@ impl MappingCore {
         if self.unmapped.load(Ordering::Acquire) {
             return Ok(());
         }
+        if self.forked_away() {
+            return Err(Error::Forked);
+        }
         // Out of the cache's list first, and refusing new calls: an address-based call
         // (`Cache::msync(addr)`) must not load buffers behind the passes. A plain load of a
         // transparent mapping is still served; the passes repeat until nothing is resident.

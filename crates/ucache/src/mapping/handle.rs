@@ -246,6 +246,10 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if self.core.forked_away() {
+            // A forked child's copy: the parent writes back; the child must not.
+            return;
+        }
         if let Err(e) = self.core.release() {
             eprintln!(
                 "ucache: mapping of '{}' dropped with data not written back: {e} \

@@ -1,0 +1,124 @@
+//! What a forked child may do with the caches of its parent: nothing, and it is told so.
+//!
+//! `fork` copies the parent's memory but not its threads, and the child's copy of a
+//! transparent region loses its userfaultfd registration: a page that was not resident reads
+//! as zeros, silently, and a resident one is a snapshot the parent may since have changed.
+//! The IO threads and the evictor stay in the parent, and the per-thread io_uring rings are
+//! shared with it. So a child may not touch a cache made before the fork:
+//!
+//! - every call on such a cache's mappings fails with [`Error::Forked`] (`slot` and `range`,
+//!   which every entry point goes through, ask [`is_foreign`]), and dropping one does no IO;
+//! - every transparent region is fenced at the fork, in the child: it is replaced by a shared
+//!   mapping of an empty file, so that any load or store raises `SIGBUS`, and ucache's
+//!   handler prints which mapping was touched before the default action ends the child.
+//!
+//! A cache the child makes itself is its own and works as usual. `exec` replaces the image,
+//! so nothing of this survives it.
+//!
+//! [`Error::Forked`]: crate::Error::Forked
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::Once;
+
+/// Set in a child, at the fork. Never set in the process that made the first cache, so the
+/// check on the hit path is one load of a line nobody writes.
+static FORKED: AtomicBool = AtomicBool::new(false);
+static WATCH: Once = Once::new();
+
+/// The transparent regions of the process (start, length; 0: free), read without locks by the
+/// fork handler, which runs in the child where no other thread exists.
+const SLOTS: usize = 1024;
+static REGIONS: [(AtomicUsize, AtomicUsize); SLOTS] =
+    [const { (AtomicUsize::new(0), AtomicUsize::new(0)) }; SLOTS];
+
+/// Whether this process is a child forked after a cache of process `pid` was made, and so
+/// may not use it.
+#[inline]
+pub(crate) fn is_foreign(pid: u32) -> bool {
+    FORKED.load(SeqCst) && is_foreign_slow(pid)
+}
+
+#[cold]
+fn is_foreign_slow(pid: u32) -> bool {
+    pid != std::process::id()
+}
+
+/// Installs the fork handler, once per process.
+pub(crate) fn watch() {
+    WATCH.call_once(|| {
+        // SAFETY: registers a plain `extern "C"` function as the child handler.
+        unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+    });
+}
+
+/// Records a transparent region, to be fenced in a forked child. A region that finds every
+/// slot taken is left out: its child then reads zeros as before, so there are as many slots
+/// as the `SIGBUS` registry has.
+pub(crate) fn add_region(start: usize, len: usize) {
+    watch();
+    for (s, l) in REGIONS.iter() {
+        if s.compare_exchange(0, start, SeqCst, SeqCst).is_ok() {
+            l.store(len, SeqCst);
+            return;
+        }
+    }
+}
+
+/// Forgets a region recorded by [`add_region`], before it is unmapped.
+pub(crate) fn remove_region(start: usize) {
+    for (s, l) in REGIONS.iter() {
+        if s.load(SeqCst) == start {
+            l.store(0, SeqCst);
+            s.store(0, SeqCst);
+            return;
+        }
+    }
+}
+
+/// Whether `addr` lies in a region fenced at a fork: the fault of a child touching a mapping
+/// of its parent.
+pub(crate) fn fenced(addr: usize) -> bool {
+    FORKED.load(SeqCst)
+        && REGIONS.iter().any(|(s, l)| {
+            let start = s.load(SeqCst);
+            start != 0 && addr >= start && addr < start + l.load(SeqCst)
+        })
+}
+
+/// The fork handler, in the child: only system calls and atomics (the child is a copy of one
+/// thread, and the others may have held any lock at the fork).
+extern "C" fn in_child() {
+    FORKED.store(true, SeqCst);
+    let mut fence = -1;
+    for (s, l) in REGIONS.iter() {
+        let (start, len) = (s.load(SeqCst), l.load(SeqCst));
+        if start == 0 || len == 0 {
+            continue;
+        }
+        if fence < 0 {
+            // SAFETY: memfd_create with a static NUL-terminated name.
+            fence = unsafe { libc::memfd_create(c"ucache-forked".as_ptr(), libc::MFD_CLOEXEC) };
+            if fence < 0 {
+                return;
+            }
+            crate::sigbus::install_in_child();
+        }
+        // SAFETY: replaces the child's copy of a region ucache owns (the parent's is its
+        // own) with a shared mapping of an empty file: any access past its end, which is all
+        // of it, raises SIGBUS instead of reading zeros.
+        unsafe {
+            libc::mmap(
+                start as *mut libc::c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fence,
+                0,
+            );
+        }
+    }
+    if fence >= 0 {
+        // SAFETY: our own descriptor; the mappings keep the file.
+        unsafe { libc::close(fence) };
+    }
+}

@@ -1,0 +1,223 @@
+//! A forked child never sees zeros or stale bytes through its parent's mappings in silence:
+//! a touch of a transparent mapping dies of `SIGBUS` with a message naming it, every call on
+//! an explicit mapping fails with `Error::Forked`, the child's drops write nothing back, and a
+//! cache the child makes itself works. Before, a child read zeros from a buffer that was not
+//! resident at the fork.
+//!
+//! Each case runs in a child of the test binary (re-entered through an environment variable)
+//! that maps, forks, and reports how its own child ended, so the harness never forks.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use ucache::store::FileStore;
+use ucache::{Cache, CacheOptions, Error, FaultHandling, MapOptions};
+
+const BS: usize = 4096;
+const BUFFERS: usize = 64;
+const CHILD: &str = "UCACHE_FORK_CHILD";
+
+fn child(name: &str) -> Output {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, name)
+        .output()
+        .unwrap()
+}
+
+fn is_child(name: &str) -> bool {
+    std::env::var(CHILD).is_ok_and(|v| v == name)
+}
+
+/// A file of `BUFFERS` buffers, word `k` of buffer `i` holding `i * 1000 + k + 1` (never 0).
+fn data_file() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let path = dir.path().join("data");
+    let words: Vec<u8> = (0..BUFFERS * BS / 8)
+        .flat_map(|w| ((w / (BS / 8)) as u64 * 1000 + (w % (BS / 8)) as u64 + 1).to_le_bytes())
+        .collect();
+    std::fs::write(&path, words).unwrap();
+    let p = path.to_str().unwrap().to_string();
+    (dir, p)
+}
+
+fn word(p: *const u8, buffer: usize) -> u64 {
+    // SAFETY: callers pass a live mapping's base; in a forked child the read is expected to
+    // raise SIGBUS.
+    unsafe { std::ptr::read_volatile((p as *const u64).add(buffer * BS / 8)) }
+}
+
+/// Forks; the child runs `f` and exits with what it returns. Returns the child's status.
+fn in_forked_child(f: impl FnOnce() -> i32) -> libc::c_int {
+    // SAFETY: fork(2); the child runs `f` and leaves with _exit, never returning here.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = f();
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    status
+}
+
+/// Prints how a forked child ended, for the test to read.
+fn report(status: libc::c_int) {
+    if libc::WIFSIGNALED(status) {
+        println!("CHILD SIGNAL {}", libc::WTERMSIG(status));
+    } else {
+        println!("CHILD EXIT {}", libc::WEXITSTATUS(status));
+    }
+}
+
+/// A transparent mapping (faults served by SIGBUS, or by handler threads) of a file larger
+/// than the budget: the child dies of SIGBUS at its first touch, resident buffer or not,
+/// with a message; the parent goes on reading the right bytes.
+#[test]
+fn a_forked_child_touching_a_transparent_mapping_dies_of_sigbus_with_a_message() {
+    const NAME: &str =
+        "a_forked_child_touching_a_transparent_mapping_dies_of_sigbus_with_a_message";
+    if is_child(NAME) {
+        let (_dir, path) = data_file();
+        for (mode, handling) in [
+            ("sigbus", FaultHandling::OnFaultingThread),
+            ("threads", FaultHandling::HandlerThreads(1)),
+        ] {
+            let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).unwrap();
+            let options = MapOptions::new().transparent(true).fault_handling(handling);
+            let m = cache
+                .map(Arc::new(FileStore::new()), &path, options)
+                .unwrap();
+            let p = m.as_ptr();
+            assert_eq!(word(p, 0), 1, "resident before the fork");
+            for buffer in [0usize, 40] {
+                print!("{mode} buffer {buffer}: ");
+                report(in_forked_child(|| {
+                    let w = word(p, buffer);
+                    println!("child read {w}");
+                    0
+                }));
+            }
+            assert_eq!(word(p, 40), 40_001, "the parent is served as before");
+            m.unmap().unwrap();
+        }
+        std::process::exit(0);
+    }
+    let out = child(NAME);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}\n{stdout}\n{stderr}", out.status);
+    for mode in ["sigbus", "threads"] {
+        for buffer in [0, 40] {
+            assert!(
+                stdout.contains(&format!("{mode} buffer {buffer}: CHILD SIGNAL 7")),
+                "{mode}, buffer {buffer}: {stdout}"
+            );
+        }
+    }
+    assert!(!stdout.contains("child read"), "{stdout}");
+    assert_eq!(
+        stderr
+            .matches("a forked child touched a transparent mapping of its parent")
+            .count(),
+        4,
+        "{stderr}"
+    );
+}
+
+/// Explicit mappings in a forked child: every call is refused with `Forked`, dropping the
+/// mapping writes nothing back (the parent's dirty buffer is still not in the file after the
+/// child ends), and a cache the child makes itself works.
+#[test]
+fn a_forked_child_gets_forked_errors_from_explicit_mappings_and_can_make_its_own_cache() {
+    const NAME: &str =
+        "a_forked_child_gets_forked_errors_from_explicit_mappings_and_can_make_its_own_cache";
+    if is_child(NAME) {
+        let (_dir, path) = data_file();
+        let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).unwrap();
+        let m = cache
+            .map(
+                Arc::new(FileStore::new()),
+                &path,
+                MapOptions::new().writable(true),
+            )
+            .unwrap();
+        m.pin_exclusive(3).unwrap()[..8].copy_from_slice(&7u64.to_le_bytes());
+        let status = in_forked_child(|| {
+            let refused = [
+                m.pin_shared(3).map(drop),
+                m.pin_shared(50).map(drop),
+                m.pin_exclusive(3).map(drop),
+                m.read_optimistic(3, |v| v.read_u64(0)).map(drop),
+                m.ensure_cached(0, BS as u64),
+                m.prefetch(0, BS as u64),
+                m.evict(0, m.len()),
+                m.writeback(0, m.len()),
+                m.msync(0, m.len()),
+                cache
+                    .map(Arc::new(FileStore::new()), &path, MapOptions::new())
+                    .map(drop),
+            ];
+            for (k, r) in refused.iter().enumerate() {
+                if !matches!(r, Err(Error::Forked)) {
+                    println!("call {k}: {r:?}");
+                    return 1;
+                }
+            }
+            // SAFETY: in the forked child, the parent's `m` is the child's own copy, which the
+            // child takes over here and the parent's process never sees.
+            let mine_copy = unsafe { std::ptr::read(&m) };
+            let m2 = match mine_copy.unmap() {
+                Err(e) if matches!(e.error, Error::Forked) => e.mapping,
+                r => {
+                    println!("unmap: {r:?}");
+                    return 2;
+                }
+            };
+            drop(m2); // must write nothing
+                      // A cache of the child's own is served.
+            let own = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).unwrap();
+            let mine = own
+                .map(Arc::new(FileStore::new()), &path, MapOptions::new())
+                .unwrap();
+            let w = u64::from_le_bytes(mine.pin_shared(50).unwrap()[..8].try_into().unwrap());
+            if w != 50_001 {
+                println!("own cache read {w}");
+                return 3;
+            }
+            mine.unmap().unwrap();
+            0
+        });
+        report(status);
+        let on_disk = std::fs::read(&path).unwrap();
+        println!(
+            "FILE AFTER CHILD {}",
+            u64::from_le_bytes(on_disk[3 * BS..3 * BS + 8].try_into().unwrap())
+        );
+        m.msync(0, m.len()).unwrap();
+        let on_disk = std::fs::read(&path).unwrap();
+        println!(
+            "FILE AFTER MSYNC {}",
+            u64::from_le_bytes(on_disk[3 * BS..3 * BS + 8].try_into().unwrap())
+        );
+        m.unmap().unwrap();
+        std::process::exit(0);
+    }
+    let out = child(NAME);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{:?} {:?}\n{stdout}",
+        out.status,
+        out.status.signal()
+    );
+    assert!(stdout.contains("CHILD EXIT 0"), "{stdout}");
+    assert!(
+        stdout.contains("FILE AFTER CHILD 3001"),
+        "the child wrote back: {stdout}"
+    );
+    assert!(stdout.contains("FILE AFTER MSYNC 7"), "{stdout}");
+}
