@@ -1,5 +1,6 @@
 //! What the calling thread itself holds: its exclusive pins, and the loads its own `pin_each`
-//! stream has in flight.
+//! stream has in flight; and whether it is running a policy hook, during which it may hold
+//! buffers in transition (the load or eviction that called the hook).
 //!
 //! A thread that waits on a buffer it holds waits forever: nobody else can release an
 //! exclusive pin (guards do not leave their thread), and nobody else finishes a read that
@@ -67,6 +68,7 @@ impl Exclusive {
 
 #[cfg(not(feature = "shuttle"))]
 std::thread_local! {
+    static IN_HOOK: Cell<u32> = const { Cell::new(0) };
     static EXCLUSIVE: Exclusive = const { Exclusive::new() };
     /// (mapping address, buffer index) of reads in flight in this thread's `pin_each`: one
     /// push and one removal per read, next to a read's microseconds.
@@ -76,6 +78,7 @@ std::thread_local! {
 // The model checker runs its threads on one OS thread: each needs its own record.
 #[cfg(feature = "shuttle")]
 shuttle::thread_local! {
+    static IN_HOOK: Cell<u32> = Cell::new(0);
     static EXCLUSIVE: Exclusive = Exclusive::new();
     static STREAMING: RefCell<Vec<(usize, u64)>> = RefCell::new(Vec::new());
 }
@@ -130,6 +133,33 @@ pub(crate) fn release(mapping: usize, index: u64, why: Hold) {
             });
         }
     }
+}
+
+/// Marks the thread as inside a policy hook while it lives (hooks may nest: a hook's call back
+/// into the mapping runs hooks of its own).
+pub(crate) struct InHook(());
+
+impl InHook {
+    #[inline]
+    pub(crate) fn enter() -> Self {
+        let _ = IN_HOOK.try_with(|d| d.set(d.get() + 1));
+        InHook(())
+    }
+}
+
+impl Drop for InHook {
+    #[inline]
+    fn drop(&mut self) {
+        let _ = IN_HOOK.try_with(|d| d.set(d.get() - 1));
+    }
+}
+
+/// Whether this thread is running a policy hook. Such a thread may be the very one that
+/// holds a buffer in transition (the load that called `on_miss`, the eviction batch that
+/// called `on_evict`, the claims of a batch), so a call the hook makes back into its mapping
+/// never waits for a buffer: it gets [`Error::WouldDeadlock`](crate::Error::WouldDeadlock).
+pub(crate) fn in_hook() -> bool {
+    IN_HOOK.try_with(|d| d.get() > 0).unwrap_or(false)
 }
 
 /// Whether this thread holds exclusive pins beyond its record, so that [`held`] may miss one.

@@ -415,6 +415,10 @@ impl MappingCore {
                 index: i,
                 why: h.why(),
             }),
+            None if crate::held::in_hook() => Err(Error::WouldDeadlock {
+                index: i,
+                why: "in transition, and the call came from a policy hook, which must not wait",
+            }),
             None => Ok(()),
         }
     }

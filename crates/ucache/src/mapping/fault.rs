@@ -84,6 +84,7 @@ impl MappingCore {
                         // Another thread's pin, or its first store lifting the protection:
                         // wait for it. Lifting the protection here, after that holder let go of
                         // a clean buffer, would let this store land in a buffer marked clean.
+                        self.self_wait(i)?;
                         s.wait_change(w);
                     }
                 }
@@ -97,10 +98,14 @@ impl MappingCore {
                         }
                     } else {
                         // A write-back is reading the bytes: wait for it.
+                        self.self_wait(i)?;
                         s.wait_change(w);
                     }
                 }
-                _ => s.wait_change(w),
+                _ => {
+                    self.self_wait(i)?;
+                    s.wait_change(w);
+                }
             }
             w = s.load();
         }

@@ -8,12 +8,21 @@
 //! never unwinds through the buffer protocol, where it could strand a buffer mid-transition.
 //! This relies on unwinding: under `panic = "abort"` a policy panic aborts the process.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use std::sync::Arc;
 
 use super::{Buffers, Fallback, GlobalPolicy, Layout, MappingUsage, Policy, ProportionalGlobal};
+
+/// Runs a policy hook: its panic is caught, and for its duration the thread is marked as
+/// inside a hook, so that a call the hook makes back into the mapping refuses to wait for a
+/// buffer in transition ([`crate::held::in_hook`]): the thread running the hook may be the one
+/// that holds it (a load or an eviction the hook is part of).
+fn hook<R>(f: AssertUnwindSafe<impl FnOnce() -> R>) -> std::thread::Result<R> {
+    let _inside = crate::held::InHook::enter();
+    std::panic::catch_unwind(f)
+}
 
 pub struct Guarded {
     policy: Box<dyn Policy>,
@@ -26,7 +35,7 @@ pub struct Guarded {
 impl Guarded {
     /// Attaches `policy` to a mapping of this layout.
     pub fn new(mut policy: Box<dyn Policy>, layout: Layout) -> Self {
-        let attached = catch_unwind(AssertUnwindSafe(|| {
+        let attached = hook(AssertUnwindSafe(|| {
             policy.attach(layout);
             (policy.wants_hits(), policy.has_prefetching())
         }));
@@ -48,7 +57,7 @@ impl Guarded {
         if self.broken.load(Ordering::Relaxed) {
             return default;
         }
-        match catch_unwind(AssertUnwindSafe(|| f(&*self.policy))) {
+        match hook(AssertUnwindSafe(|| f(&*self.policy))) {
             Ok(r) => r,
             Err(_) => {
                 self.broken.store(true, Ordering::Relaxed);
@@ -110,7 +119,7 @@ impl Guarded {
     /// switched off, and a panic in it answers "not now" rather than "yes".
     #[inline]
     pub fn is_evictable(&self, index: u64) -> bool {
-        match catch_unwind(AssertUnwindSafe(|| self.policy.is_evictable(index))) {
+        match hook(AssertUnwindSafe(|| self.policy.is_evictable(index))) {
             Ok(yes) => yes,
             Err(_) => {
                 self.broken.store(true, Ordering::Relaxed);
@@ -192,7 +201,7 @@ impl GuardedGlobal {
     #[inline]
     pub fn need_to_evict(&self, used: u64, want: u64, budget: u64) -> bool {
         if !self.is_broken() {
-            match catch_unwind(AssertUnwindSafe(|| {
+            match hook(AssertUnwindSafe(|| {
                 self.policy.need_to_evict(used, want, budget)
             })) {
                 Ok(r) => return r || used + want > budget,
@@ -208,7 +217,7 @@ impl GuardedGlobal {
     pub fn choose_eviction_mappings(&self, usage: &[MappingUsage], out: &mut Vec<usize>) {
         let start = out.len();
         if !self.is_broken() {
-            let r = catch_unwind(AssertUnwindSafe(|| {
+            let r = hook(AssertUnwindSafe(|| {
                 self.policy.choose_eviction_mappings(usage, out)
             }));
             if r.is_err() {
