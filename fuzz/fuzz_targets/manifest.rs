@@ -12,10 +12,16 @@ fuzz_target!(|data: &[u8]| {
     let Some((len, cs)) = parse_manifest(data) else {
         return;
     };
-    assert!(cs > 0 && cs % 4096 == 0 && cs <= MAX_CHUNK_SIZE, "chunk_size {cs}");
+    assert!(
+        cs > 0 && cs % 4096 == 0 && cs <= MAX_CHUNK_SIZE,
+        "chunk_size {cs}"
+    );
     assert!(len <= MAX_LEN, "length {len}");
     // The arithmetic the store does with them stays in range.
     let chunks = len.div_ceil(cs);
     assert!(chunks.checked_mul(cs).is_some());
-    assert_eq!(parse_manifest(manifest_text(len, cs).as_bytes()), Some((len, cs)));
+    assert_eq!(
+        parse_manifest(manifest_text(len, cs).as_bytes()),
+        Some((len, cs))
+    );
 });

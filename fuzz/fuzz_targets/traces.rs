@@ -7,8 +7,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ucache_fuzz::sim::{csv, msr, oracle, record, text};
 use ucache_fuzz::sim::trace::Remapper;
+use ucache_fuzz::sim::{csv, msr, oracle, record, text};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Format {

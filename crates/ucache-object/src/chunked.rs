@@ -51,10 +51,10 @@ use ucache::store::{IoBuf, Object, OpenOptions};
 use ucache::{Error, Result};
 
 use crate::coalesce::coalesce;
-use crate::manifest::valid_chunk_size;
-pub use crate::manifest::{manifest_text, parse_manifest, MAX_CHUNK_SIZE, MAX_LEN};
 use crate::config::S3Config;
 use crate::error::{dup, open_error, to_io};
+use crate::manifest::valid_chunk_size;
+pub use crate::manifest::{manifest_text, parse_manifest, MAX_CHUNK_SIZE, MAX_LEN};
 use crate::runtime::Runtime;
 
 /// Chunk size of [`crate::S3Store::chunked`] when none is given: large enough that a

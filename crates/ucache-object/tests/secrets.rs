@@ -165,7 +165,11 @@ fn wrong_credentials_on_a_live_server_never_print_them() {
     let key = common::unique("secrets");
     common::Plain::new(&endpoint).put(&key, vec![7; 8192]);
     let id = std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_else(|_| "AKID".into());
-    for (id, token) in [(id.as_str(), None), (id.as_str(), Some(TOKEN)), ("NOSUCHKEY", Some(TOKEN))] {
+    for (id, token) in [
+        (id.as_str(), None),
+        (id.as_str(), Some(TOKEN)),
+        ("NOSUCHKEY", Some(TOKEN)),
+    ] {
         let mut cfg = quick(common::config(&endpoint, &key).credentials(id, SECRET));
         if let Some(t) = token {
             cfg = cfg.session_token(t);

@@ -152,7 +152,8 @@ impl Region {
     pub(crate) fn deny_writes(&self, offset: usize, len: usize) -> Result<()> {
         debug_assert!(offset + len <= self.len);
         // SAFETY: the range lies inside this region, which we own; reads stay allowed.
-        let r = unsafe { libc::mprotect(self.at(offset) as *mut libc::c_void, len, libc::PROT_READ) };
+        let r =
+            unsafe { libc::mprotect(self.at(offset) as *mut libc::c_void, len, libc::PROT_READ) };
         if r == 0 {
             Ok(())
         } else {

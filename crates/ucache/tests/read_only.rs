@@ -150,7 +150,11 @@ fn child(test: &str, spec: &str) -> Ended {
         std::thread::sleep(std::time::Duration::from_millis(5));
     };
     let mut stdout = String::new();
-    c.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    c.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
     assert!(
         std::fs::read(&path).unwrap() == pattern(),
         "{spec}: the file behind a read-only mapping changed\n{stdout}"
@@ -200,7 +204,9 @@ fn a_kernel_write_into_a_read_only_mapping_is_refused() {
             assert!(e.stdout.contains("about to write"), "{spec}: {}", e.stdout);
             assert!(!e.stdout.contains("WROTE"), "{spec}: {}", e.stdout);
             assert!(!e.stdout.contains("VIEW CHANGED"), "{spec}: {}", e.stdout);
-            let efault = e.stdout.contains(&format!("read returned -1 errno {}", libc::EFAULT));
+            let efault = e
+                .stdout
+                .contains(&format!("read returned -1 errno {}", libc::EFAULT));
             let refused = e.signal == Some(libc::SIGBUS) && e.stdout.contains("hook:ReadOnly");
             assert!(
                 (efault && e.code == Some(0) && e.stdout.contains("view intact")) || refused,

@@ -373,9 +373,10 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
     } else {
         println!(
             "S3 endpoint {}, prefetch depth {} (raw-get: the same GETs in flight per thread)",
-            args.endpoint
-                .as_deref()
-                .map_or("from the environment".into(), ucache_object::redact_endpoint),
+            args.endpoint.as_deref().map_or(
+                "from the environment".into(),
+                ucache_object::redact_endpoint
+            ),
             args.prefetch_depth
         );
     }
