@@ -53,6 +53,8 @@ use ucache::{Error, Result};
 use crate::coalesce::coalesce;
 use crate::config::S3Config;
 use crate::error::{dup, open_error, to_io};
+use crate::manifest::valid_chunk_size;
+pub use crate::manifest::{manifest_text, parse_manifest, MAX_CHUNK_SIZE, MAX_LEN};
 use crate::runtime::Runtime;
 
 /// Chunk size of [`crate::S3Store::chunked`] when none is given: large enough that a
@@ -112,9 +114,10 @@ impl ChunkedObject {
             )));
         }
         let root = cfg.with_key(&prefix).object_path()?;
-        if chunk_size == 0 || !chunk_size.is_multiple_of(4096) {
+        if !valid_chunk_size(chunk_size) {
             return Err(Error::BadArgument(format!(
-                "chunk size {chunk_size} must be a positive multiple of 4096"
+                "chunk size {chunk_size} must be a positive multiple of 4096 of at most \
+                 {MAX_CHUNK_SIZE}"
             )));
         }
         let manifest_at = |root: &Path| {
@@ -191,10 +194,7 @@ impl ChunkedObject {
     /// Uploads the current length; the caller holds `manifest`.
     fn put_manifest(&self, _order: &parking_lot::MutexGuard<'_, ()>) -> io::Result<()> {
         let len = *self.len.lock();
-        let text = format!(
-            "ucache-chunked 1\nlength {len}\nchunk_size {}\n",
-            self.chunk_size
-        );
+        let text = manifest_text(len, self.chunk_size);
         let path = self.root.clone().join("manifest");
         self.rt
             .block_on(self.client.put(&path, PutPayload::from(text.into_bytes())))
@@ -360,23 +360,6 @@ fn covers_chunk(ps: &[Piece], cs: usize) -> bool {
         reach = reach.max(e);
     }
     reach >= cs
-}
-
-fn parse_manifest(b: &[u8]) -> Option<(u64, u64)> {
-    let text = std::str::from_utf8(b).ok()?;
-    let mut lines = text.lines();
-    if lines.next()? != "ucache-chunked 1" {
-        return None;
-    }
-    let (mut len, mut cs) = (None, None);
-    for l in lines {
-        match l.split_once(' ') {
-            Some(("length", v)) => len = v.parse().ok(),
-            Some(("chunk_size", v)) => cs = v.parse().ok(),
-            _ => {}
-        }
-    }
-    Some((len?, cs.filter(|&c| c > 0)?))
 }
 
 impl Object for ChunkedObject {
@@ -555,6 +538,66 @@ mod tests {
         assert_eq!(parse_manifest(t), Some((12288, 4096)));
         assert_eq!(parse_manifest(b"something else\n"), None);
         assert_eq!(parse_manifest(b"ucache-chunked 1\nlength 5\n"), None);
+        assert_eq!(
+            parse_manifest(manifest_text(MAX_LEN, MAX_CHUNK_SIZE).as_bytes()),
+            Some((MAX_LEN, MAX_CHUNK_SIZE))
+        );
+    }
+
+    /// The manifest comes from the server: sizes this library never writes are refused
+    /// (found by fuzz/fuzz_targets/manifest.rs's invariants).
+    #[test]
+    fn hostile_manifests_are_refused() {
+        for (len, cs) in [
+            (4096, 1),
+            (4096, 4095),
+            (4096, 6000),
+            (4096, u64::MAX),
+            (4096, MAX_CHUNK_SIZE + 4096),
+            (u64::MAX, 4096),
+            (MAX_LEN + 1, 4096),
+        ] {
+            assert_eq!(
+                parse_manifest(manifest_text(len, cs).as_bytes()),
+                None,
+                "length {len} chunk_size {cs}"
+            );
+        }
+    }
+
+    /// Opening a prefix whose manifest on the server is hostile fails with a clear error
+    /// instead of splitting every buffer into 1-byte GETs or allocating a 2^64-byte chunk.
+    #[test]
+    fn opening_a_hostile_manifest_fails_cleanly() {
+        let client: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let rt = Arc::new(Runtime::new(1).unwrap());
+        let cfg = S3Config::new("s3://b/p").unwrap();
+        for (len, cs) in [(4096, 1), (4096, u64::MAX), (u64::MAX, 4096)] {
+            let text = manifest_text(len, cs);
+            rt.block_on(client.put(&Path::from("p/manifest"), PutPayload::from(text)))
+                .unwrap();
+            let got = ChunkedObject::open_with(
+                &cfg,
+                client.clone(),
+                rt.clone(),
+                4096,
+                OpenOptions {
+                    write: true,
+                    create: false,
+                },
+            );
+            match got {
+                Err(Error::BadArgument(m)) => assert!(m.contains("manifest"), "{m}"),
+                Err(e) => panic!("length {len} chunk_size {cs}: {e}"),
+                Ok(_) => panic!("length {len} chunk_size {cs}: opened"),
+            }
+        }
+        let text = manifest_text(8192, 8192);
+        rt.block_on(client.put(&Path::from("p/manifest"), PutPayload::from(text)))
+            .unwrap();
+        let honest =
+            ChunkedObject::open_with(&cfg, client, rt, 4096, OpenOptions::read_only()).unwrap();
+        assert_eq!((honest.len().unwrap(), honest.chunk_size()), (8192, 8192));
     }
 
     #[test]

@@ -209,11 +209,21 @@ impl S3Config {
     fn check(&self) -> Result<()> {
         let bad = |what: String| Error::BadArgument(format!("{}: {what}", self.url()));
         if let Some(e) = &self.endpoint {
+            let shown = redact_endpoint(e);
             match url::Url::parse(e) {
-                Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => {}
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => {
+                    // Refused rather than passed on: the client would print it in every
+                    // transport error, and S3 authenticates by signing, not by user info.
+                    if !u.username().is_empty() || u.password().is_some() {
+                        return Err(bad(format!(
+                            "endpoint '{shown}' carries user info (user:password@); give the \
+                             credentials with S3Config::credentials or the AWS_* variables"
+                        )));
+                    }
+                }
                 _ => {
                     return Err(bad(format!(
-                        "endpoint '{e}' is not an http:// or https:// URL with a host"
+                        "endpoint '{shown}' is not an http:// or https:// URL with a host"
                     )))
                 }
             }
@@ -301,13 +311,38 @@ impl S3Config {
     }
 }
 
+/// `url` with its user info (`user:password@`), if it has any, replaced by `***`, for messages
+/// and logs. Works on strings that do not parse as URLs too, since those are the ones error
+/// messages quote.
+///
+/// ```
+/// use ucache_object::redact_endpoint;
+///
+/// assert_eq!(redact_endpoint("http://ak:s3cr3t@127.0.0.1:8333/x"), "http://***@127.0.0.1:8333/x");
+/// assert_eq!(redact_endpoint("http://127.0.0.1:8333"), "http://127.0.0.1:8333");
+/// ```
+pub fn redact_endpoint(url: &str) -> String {
+    // Without a `scheme://`, where the host begins is anyone's guess: everything before the
+    // last `@` goes.
+    let (start, ends) = match url.find("://") {
+        Some(i) => (i + 3, &['/', '?', '#'][..]),
+        None => (0, &['?', '#'][..]),
+    };
+    let rest = &url[start..];
+    let authority = &rest[..rest.find(ends).unwrap_or(rest.len())];
+    match authority.rfind('@') {
+        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
+        None => url.to_string(),
+    }
+}
+
 impl fmt::Debug for S3Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let redact = |v: &Option<String>| v.as_ref().map(|_| "<redacted>");
         f.debug_struct("S3Config")
             .field("bucket", &self.bucket)
             .field("key", &self.key)
-            .field("endpoint", &self.endpoint)
+            .field("endpoint", &self.endpoint.as_deref().map(redact_endpoint))
             .field("region", &self.region)
             .field("access_key_id", &self.access_key_id)
             .field("secret_access_key", &redact(&self.secret_access_key))

@@ -18,11 +18,12 @@ pub mod chunked;
 pub mod coalesce;
 mod config;
 mod error;
+pub mod manifest;
 mod readonly;
 mod runtime;
 mod store;
 
 pub use chunked::{ChunkedObject, DEFAULT_CHUNK_SIZE};
-pub use config::S3Config;
+pub use config::{redact_endpoint, S3Config};
 pub use readonly::S3Object;
 pub use store::S3Store;

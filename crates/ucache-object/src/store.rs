@@ -25,6 +25,17 @@ pub struct S3Store {
     chunk_size: Option<u64>,
 }
 
+/// Shows the configuration as [`S3Config`]'s `Debug` does: secrets and the endpoint's user
+/// info redacted.
+impl std::fmt::Debug for S3Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Store")
+            .field("config", &self.cfg)
+            .field("chunk_size", &self.chunk_size)
+            .finish_non_exhaustive()
+    }
+}
+
 impl S3Store {
     /// Existing objects of `cfg`'s bucket, read-only.
     pub fn new(cfg: S3Config) -> Result<Self> {

@@ -12,6 +12,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
+use crate::error::Error;
 use crate::mapping::MappingCore;
 use crate::uffd::{self, Uffd};
 
@@ -50,6 +51,8 @@ pub(crate) fn spawn(
 }
 
 fn serve(weak: Weak<MappingCore>, u: &Uffd, base: usize, stop: &AtomicBool) {
+    // The thread and buffer of the last write refused as read-only.
+    let mut last_refused = None;
     while !stop.load(Ordering::Relaxed) {
         let msg = match u.next_msg(POLL_MS) {
             Ok(Some(m)) if m.event == uffd::EVENT_PAGEFAULT => m,
@@ -66,8 +69,25 @@ fn serve(weak: Weak<MappingCore>, u: &Uffd, base: usize, stop: &AtomicBool) {
         let Some(core) = weak.upgrade() else { return };
         let addr = msg.address as usize;
         let write = msg.flags & uffd::PAGEFAULT_FLAG_WRITE != 0;
+        let bs = core.buffer_size();
+        let start = (addr - base) & !(bs - 1);
         if let Err(e) = core.fault(addr - base, write) {
             if !core.fault_failed(addr, &e) {
+                if matches!(e, Error::ReadOnly) {
+                    // A write the kernel makes for the program (read(2) into the mapping)
+                    // never returns to user mode to take the signal below: it retries the
+                    // fault, which is refused again, for ever. So a second refused write by
+                    // the same thread into the same buffer takes write permission from the
+                    // buffer, and the kernel's next retry fails with EFAULT. (A store from
+                    // user mode faults twice too when its first SIGBUS went to a handler that
+                    // returned, such as std's, which resets SIGBUS to the default: it dies of
+                    // the second one before running the store again.)
+                    let this = (msg.ptid, start);
+                    if last_refused == Some(this) {
+                        let _ = core.deny_writes(start, bs);
+                    }
+                    last_refused = Some(this);
+                }
                 // As mmap would: SIGBUS to the thread that faulted. It is woken below, takes
                 // the signal on its way back to user mode, and dies of it unless it handles it.
                 send_sigbus(msg.ptid as libc::c_int);
@@ -75,8 +95,6 @@ fn serve(weak: Weak<MappingCore>, u: &Uffd, base: usize, stop: &AtomicBool) {
         }
         // A fault that found its buffer already served changed nothing that wakes the
         // faulting thread: wake the whole buffer explicitly.
-        let bs = core.buffer_size();
-        let start = (addr - base) & !(bs - 1);
         let _ = u.wake((base + start) as *mut u8, bs);
     }
 }

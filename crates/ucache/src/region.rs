@@ -147,6 +147,21 @@ impl Region {
         }
     }
 
+    /// Takes write permission from `[offset, offset+len)` for the rest of the region's life
+    /// (`mprotect(PROT_READ)`); loads and installs still work. For a read-only mapping whose
+    /// buffer a write was refused on (see `fault_thread::serve`).
+    pub(crate) fn deny_writes(&self, offset: usize, len: usize) -> Result<()> {
+        debug_assert!(offset + len <= self.len);
+        // SAFETY: the range lies inside this region, which we own; reads stay allowed.
+        let r =
+            unsafe { libc::mprotect(self.at(offset) as *mut libc::c_void, len, libc::PROT_READ) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(Error::last_os("mprotect"))
+        }
+    }
+
     #[inline]
     pub(crate) fn base(&self) -> *mut u8 {
         self.base

@@ -373,7 +373,10 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
     } else {
         println!(
             "S3 endpoint {}, prefetch depth {} (raw-get: the same GETs in flight per thread)",
-            args.endpoint.as_deref().unwrap_or("from the environment"),
+            args.endpoint.as_deref().map_or(
+                "from the environment".into(),
+                ucache_object::redact_endpoint
+            ),
             args.prefetch_depth
         );
     }
@@ -400,7 +403,7 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
         "policies": args.policies,
         "tenant_weights": args.tenant_weights,
         "store": args.store.name(),
-        "endpoint": args.endpoint,
+        "endpoint": args.endpoint.as_deref().map(ucache_object::redact_endpoint),
         "prefetch_depth": args.prefetch_depth,
         // A count of buffers, or the library's default in bytes.
         "eviction_batch": args.eviction_batch.map_or_else(

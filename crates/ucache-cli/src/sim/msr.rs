@@ -12,6 +12,10 @@ use super::text::for_each_line;
 
 pub const BLOCK: u64 = 4096;
 const BLOCK_BITS: u32 = 48;
+/// Largest request accepted: Linux's largest single IO (`MAX_RW_COUNT`, just under 2 GiB). A
+/// line claiming more is damaged, and would otherwise feed up to 2^48 blocks (one line of
+/// fuzz/corpus input took minutes and gigabytes).
+pub const MAX_SIZE: u64 = 1 << 31;
 
 fn num(f: Option<&str>, what: &str, line: u64) -> Result<u64, String> {
     let f = f.ok_or_else(|| format!("line {line}: missing {what} (expected 7 fields: Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime)"))?;
@@ -46,6 +50,11 @@ pub fn read(
         }
         if size == 0 {
             return Ok(());
+        }
+        if size > MAX_SIZE {
+            return Err(format!(
+                "line {n}: Size {size} is larger than any block request ({MAX_SIZE} bytes)"
+            ));
         }
         let last = offset
             .checked_add(size - 1)
@@ -90,5 +99,19 @@ mod tests {
         assert!(e.starts_with("line 1: Offset 'x'"), "{e}");
         let e = ids("1,h,0,Read\n").unwrap_err();
         assert!(e.starts_with("line 1: missing Offset"), "{e}");
+    }
+
+    /// Found by fuzz/fuzz_targets/traces.rs: one line with a Size of ~900 GB fed 2^28 blocks
+    /// to the simulator (and 2^48 were possible) before this limit.
+    #[test]
+    fn refuses_requests_larger_than_any_block_io() {
+        let e = ids("1,hm,0,Read,8191,968021006163,101
+")
+        .unwrap_err();
+        assert!(e.starts_with("line 1: Size 968021006163 is larger"), "{e}");
+        assert_eq!(
+            ids(&format!("1,h,0,Read,0,{MAX_SIZE},1\n")).unwrap().len(),
+            1 << 19
+        );
     }
 }

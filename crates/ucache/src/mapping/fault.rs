@@ -113,6 +113,13 @@ impl MappingCore {
 
     /// A fault could not be served: asks the mapping's hook, if any. Returns whether the
     /// access should simply run again (true) or SIGBUS be delivered (false).
+    /// Takes write permission from the pages of buffer `[start, start+len)` for good: a
+    /// handler thread's answer to a refused write into a read-only mapping (see
+    /// `fault_thread::serve`).
+    pub(crate) fn deny_writes(&self, start: usize, len: usize) -> Result<()> {
+        self.region.deny_writes(start, len)
+    }
+
     pub(crate) fn fault_failed(&self, addr: usize, e: &Error) -> bool {
         match &self.fault_hook {
             Some(h) => h(addr, e) == FaultAction::Retry,
