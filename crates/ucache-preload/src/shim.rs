@@ -24,8 +24,14 @@ static MAPPED: AtomicU64 = AtomicU64::new(0);
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 
 const PAGE: usize = 4096;
-/// Largest piece of a transfer whose buffer lies in a shim mapping made resident at once.
+/// Largest piece of a transfer whose buffer lies in a shim mapping made resident at once: a
+/// sixteenth of the budget, so that the piece stays resident until the kernel has copied it.
 const CHUNK: usize = 256 << 10;
+
+fn chunk() -> usize {
+    let budget = CONFIG.get().map_or(CHUNK as u64, |c| c.memory);
+    ((budget / 16) as usize).clamp(PAGE, CHUNK) & !(PAGE - 1)
+}
 
 thread_local! {
     static IN_SHIM: Cell<bool> = const { Cell::new(false) };
@@ -596,9 +602,12 @@ fn touch(p: usize, n: usize, write: bool) {
         while a < hi {
             if write {
                 // SAFETY: `a` lies in a live writable shim mapping (the table holds it while
-                // `e` is alive); an atomic or of 0 faults it in for writing without
-                // changing a byte another thread may be storing.
-                unsafe { (*(a as *const AtomicU8)).fetch_or(0, SeqCst) };
+                // `e` is alive). A compare-exchange of a byte with itself is a write access
+                // (it faults the page in for writing) that cannot undo another thread's
+                // store; an idempotent `fetch_or(0)` would be compiled to a plain load.
+                let b = unsafe { &*(a as *const AtomicU8) };
+                let cur = b.load(SeqCst);
+                let _ = b.compare_exchange(cur, cur, SeqCst, SeqCst);
             } else {
                 // SAFETY: as above, a readable mapping.
                 unsafe { std::ptr::read_volatile(a as *const u8) };
@@ -621,15 +630,32 @@ pub(crate) fn transfer(
         return f(buf, len, 0);
     }
     let mut done = 0usize;
+    let piece = chunk();
     loop {
-        let n = (len - done).min(CHUNK);
+        let mut n = (len - done).min(piece);
         let p = buf + done;
         let mut tries = 0;
         let r = loop {
+            // Shared pins keep the piece resident until the kernel has copied it (eviction
+            // and readahead run meanwhile); stores are not excluded by them.
+            let ents = table::find_all_addr(p, n);
+            let mut pins = Vec::new();
+            for (_, e) in &ents {
+                let lo = p.max(e.start) - e.start;
+                let hi = (p + n).min(e.start + e.len) - e.start;
+                for i in e.map.buffer_of(lo as u64)..=e.map.buffer_of(hi as u64 - 1) {
+                    if let Ok(g) = e.map.pin_shared(i) {
+                        pins.push(g);
+                    }
+                }
+            }
             touch(p, n, write_to_buf);
             let r = f(p, n, done);
+            drop(pins);
             if r < 0 && real::errno() == libc::EFAULT && tries < 16 {
+                // Evicted before the kernel got there: again, a page at a time.
                 tries += 1;
+                n = n.min(PAGE - p % PAGE);
                 continue;
             }
             break r;
