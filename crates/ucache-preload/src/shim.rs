@@ -341,8 +341,11 @@ fn new_mapping(s: Spec) -> Option<*mut c_void> {
     let start = map.as_ptr() as usize;
     if !s.writable {
         // Stores into a read-only mapping fault as with the kernel (SIGSEGV), not in ucache.
+        // The whole region, to its last buffer's end: a buffer is installed with one
+        // UFFDIO_COPY, which must not straddle two areas of different protections.
+        let whole = s.len.div_ceil(bs) * bs;
         // SAFETY: the region is ours; UFFDIO_COPY still installs pages under PROT_READ.
-        unsafe { real::mprotect(start as *mut c_void, s.len, libc::PROT_READ) };
+        unsafe { real::mprotect(start as *mut c_void, whole, libc::PROT_READ) };
     }
     let e = Arc::new(Entry {
         map,
