@@ -59,9 +59,9 @@ impl Config {
         }
         let memory = match get("UCACHE_MEMORY") {
             None => DEFAULT_MEMORY,
-            Some(m) => parse_size(&m).filter(|&m| m > 0).ok_or_else(|| {
-                format!("UCACHE_MEMORY='{m}' is not a size (e.g. 256MiB, 1GiB)")
-            })?,
+            Some(m) => parse_size(&m)
+                .filter(|&m| m > 0)
+                .ok_or_else(|| format!("UCACHE_MEMORY='{m}' is not a size (e.g. 256MiB, 1GiB)"))?,
         };
         let buffer_size = match get("UCACHE_BUFFER_SIZE") {
             None => DEFAULT_BUFFER,
@@ -69,9 +69,7 @@ impl Config {
                 .and_then(|b| usize::try_from(b).ok())
                 .filter(|b| b.is_power_of_two() && (4096..=(2 << 20)).contains(b))
                 .ok_or_else(|| {
-                    format!(
-                        "UCACHE_BUFFER_SIZE='{b}' is not a power of two from 4KiB to 2MiB"
-                    )
+                    format!("UCACHE_BUFFER_SIZE='{b}' is not a power of two from 4KiB to 2MiB")
                 })?,
         };
         let policy = match get("UCACHE_POLICY") {

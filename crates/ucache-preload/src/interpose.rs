@@ -152,7 +152,7 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
 pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
     // SAFETY: the program's arguments, passed on.
     let kernel = || unsafe { real::msync(addr, len, flags) };
-    if !active() || addr as usize % 4096 != 0 {
+    if !active() || !(addr as usize).is_multiple_of(4096) {
         return kernel();
     }
     inside(|| shim::sync_range(addr as usize, len), kernel)
@@ -264,12 +264,7 @@ pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: o
 /// # Safety
 /// As `pwrite64`.
 #[no_mangle]
-pub unsafe extern "C" fn pwrite64(
-    fd: c_int,
-    buf: *const c_void,
-    n: size_t,
-    off: off_t,
-) -> ssize_t {
+pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
     // SAFETY: forwarded.
     unsafe { do_write(fd, buf, n, Some(off)) }
 }

@@ -18,6 +18,9 @@
 //! environment), `store` (the file as a ucache object), `table` (the live mappings, read
 //! without locks), `shim` (what the calls do), `interpose` (the exported symbols).
 
+// The unit tests build without the exported symbols (`interpose`), so much is unused there.
+#![cfg_attr(test, allow(dead_code))]
+
 mod config;
 #[cfg(not(test))]
 mod interpose;

@@ -13,11 +13,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{off_t, size_t, ssize_t};
 
-/// A raw system call's return value, with errno set as libc's wrapper would set it.
-fn ret(r: libc::c_long) -> libc::c_long {
-    r
-}
-
 macro_rules! real_fns {
     ($( $slot:ident, $name:literal, fn $f:ident($($a:ident: $t:ty),*) -> $r:ty, $sys:expr; )*) => {
         $( static $slot: AtomicUsize = AtomicUsize::new(0); )*
@@ -55,25 +50,25 @@ macro_rules! real_fns {
 
 real_fns! {
     READ, b"read\0", fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t,
-        ret(libc::syscall(libc::SYS_read, fd, buf, n)) as ssize_t;
+        libc::syscall(libc::SYS_read, fd, buf, n) as ssize_t;
     WRITE, b"write\0", fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t,
-        ret(libc::syscall(libc::SYS_write, fd, buf, n)) as ssize_t;
+        libc::syscall(libc::SYS_write, fd, buf, n) as ssize_t;
     PREAD, b"pread64\0", fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t,
-        ret(libc::syscall(libc::SYS_pread64, fd, buf, n, off)) as ssize_t;
+        libc::syscall(libc::SYS_pread64, fd, buf, n, off) as ssize_t;
     PWRITE, b"pwrite64\0", fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t,
-        ret(libc::syscall(libc::SYS_pwrite64, fd, buf, n, off)) as ssize_t;
+        libc::syscall(libc::SYS_pwrite64, fd, buf, n, off) as ssize_t;
     READV, b"readv\0", fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t,
-        ret(libc::syscall(libc::SYS_readv, fd, iov, cnt)) as ssize_t;
+        libc::syscall(libc::SYS_readv, fd, iov, cnt) as ssize_t;
     WRITEV, b"writev\0", fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t,
-        ret(libc::syscall(libc::SYS_writev, fd, iov, cnt)) as ssize_t;
+        libc::syscall(libc::SYS_writev, fd, iov, cnt) as ssize_t;
     FTRUNCATE, b"ftruncate64\0", fn ftruncate(fd: c_int, len: off_t) -> c_int,
-        ret(libc::syscall(libc::SYS_ftruncate, fd, len)) as c_int;
+        libc::syscall(libc::SYS_ftruncate, fd, len) as c_int;
     FSYNC, b"fsync\0", fn fsync(fd: c_int) -> c_int,
-        ret(libc::syscall(libc::SYS_fsync, fd)) as c_int;
+        libc::syscall(libc::SYS_fsync, fd) as c_int;
     FDATASYNC, b"fdatasync\0", fn fdatasync(fd: c_int) -> c_int,
-        ret(libc::syscall(libc::SYS_fdatasync, fd)) as c_int;
+        libc::syscall(libc::SYS_fdatasync, fd) as c_int;
     SEND, b"send\0", fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t,
-        ret(libc::syscall(libc::SYS_sendto, fd, buf, n, flags, 0usize, 0usize)) as ssize_t;
+        libc::syscall(libc::SYS_sendto, fd, buf, n, flags, 0usize, 0usize) as ssize_t;
 }
 
 /// `mmap(2)` as a system call.

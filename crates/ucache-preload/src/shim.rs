@@ -243,7 +243,7 @@ pub(crate) fn map_fd(len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> Op
     if writable && kind == libc::MAP_PRIVATE {
         return None; // Copy-on-write: the kernel's (README).
     }
-    if len == 0 || off < 0 || off as usize % PAGE != 0 {
+    if len == 0 || off < 0 || !(off as usize).is_multiple_of(PAGE) {
         return None; // The kernel's error.
     }
     let st = real::fstat(fd)?;
@@ -691,5 +691,7 @@ pub(crate) fn iov_len(iov: *const libc::iovec, cnt: i32) -> usize {
     }
     // SAFETY: as in touch_iov.
     let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
-    v.iter().map(|i| i.iov_len).fold(0usize, usize::saturating_add)
+    v.iter()
+        .map(|i| i.iov_len)
+        .fold(0usize, usize::saturating_add)
 }

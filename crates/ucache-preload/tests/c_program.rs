@@ -36,7 +36,10 @@ fn modes_give_the_same_results_plain_and_through_the_shim() {
         // (exec replaces the image before the statistics are printed: prog checked
         // /proc/self/maps itself.)
         if mode != "exec" {
-            assert!(shim_mappings(&out.stderr) > 0, "{mode}: the shim mapped nothing");
+            assert!(
+                shim_mappings(&out.stderr) > 0,
+                "{mode}: the shim mapped nothing"
+            );
         }
     }
 }
@@ -63,7 +66,11 @@ fn truncation_under_a_mapping_raises_sigbus() {
     let file = dir.path().join("data.dat");
     let glob = format!("{}/*.dat", dir.path().display());
     let plain = run(cmd(&prog, "truncate", &file, "0"));
-    let shim = run(under_shim(cmd(&prog, "truncate", &file, "1"), &glob, "256KiB"));
+    let shim = run(under_shim(
+        cmd(&prog, "truncate", &file, "1"),
+        &glob,
+        "256KiB",
+    ));
     for (what, out) in [("plain", &plain), ("shim", &shim)] {
         assert_eq!(
             out.status.signal(),
@@ -72,7 +79,10 @@ fn truncation_under_a_mapping_raises_sigbus() {
             out.status,
             text(&out.stderr)
         );
-        assert!(text(&out.stderr).contains("touching past the end"), "{what}");
+        assert!(
+            text(&out.stderr).contains("touching past the end"),
+            "{what}"
+        );
     }
 }
 
