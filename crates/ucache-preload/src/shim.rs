@@ -536,8 +536,22 @@ pub(crate) fn sync_range(addr: usize, len: usize) -> Option<i32> {
 }
 
 fn evict_one(e: &Entry, a: u64, b: u64) {
-    if let Some((o, l)) = e.rel(a, b) {
+    let Some((o, l)) = e.rel(a, b) else { return };
+    // A buffer that is loading (a readahead on an IO thread, a fault on another thread) may
+    // be reading the bytes from before the write: eviction skips it, so wait for the load to
+    // land and evict again, or the old bytes would be installed after the write.
+    let (first, last) = (e.map.buffer_of(o), e.map.buffer_of(o + l - 1));
+    for _ in 0..100_000 {
         let _ = e.map.evict(o, l);
+        let loading = (first..=last).any(|i| {
+            e.map
+                .state(i)
+                .is_some_and(|w| w.phase() == ucache::state::Phase::Loading)
+        });
+        if !loading {
+            return;
+        }
+        std::thread::yield_now();
     }
 }
 
