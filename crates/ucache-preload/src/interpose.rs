@@ -1,0 +1,425 @@
+//! The exported functions that stand in front of libc's.
+//!
+//! Each one sends the call straight on (the real function) unless the shim is on, has live
+//! mappings (or, for `mmap`, may make one) and the thread is not inside the shim already.
+//! Otherwise it runs the shim's part under `catch_unwind`: no panic crosses into C, and a
+//! panic falls back to the real call.
+
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use libc::{off_t, size_t, ssize_t};
+
+use crate::real;
+use crate::shim::{self, active, enter};
+
+/// Runs `body` inside the shim (flag raised, panics caught); `None` from it, a panic, or a
+/// thread already inside the shim run `real` instead.
+fn inside<R>(body: impl FnOnce() -> Option<R>, real: impl FnOnce() -> R) -> R {
+    let Some(_in) = enter() else {
+        return real();
+    };
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Some(r)) => r,
+        _ => real(),
+    }
+}
+
+/// # Safety
+/// As `mmap(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    // SAFETY: the program's arguments, passed on.
+    let kernel = || unsafe { real::mmap(addr, len, prot, flags, fd, off) };
+    if !shim::ENABLED.load(std::sync::atomic::Ordering::Relaxed) {
+        return kernel();
+    }
+    if flags & libc::MAP_FIXED != 0 {
+        // Over a shim mapping: it goes first (or becomes a kernel mapping), then the kernel.
+        if active() && crate::table::find_addr(addr as usize, len).is_some() {
+            inside(
+                || {
+                    shim::unmap_range(addr as usize, len);
+                    None::<()>
+                },
+                || (),
+            );
+        }
+        return kernel();
+    }
+    if fd < 0 || flags & libc::MAP_ANONYMOUS != 0 {
+        return kernel();
+    }
+    inside(|| shim::map_fd(len, prot, flags, fd, off), kernel)
+}
+
+/// # Safety
+/// As `mmap64`.
+#[no_mangle]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    // SAFETY: the same function on LP64.
+    unsafe { mmap(addr, len, prot, flags, fd, off) }
+}
+
+/// # Safety
+/// As `munmap(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    // SAFETY: the program's arguments, passed on.
+    let kernel = || unsafe { real::munmap(addr, len) };
+    if !active() {
+        return kernel();
+    }
+    inside(|| shim::unmap_range(addr as usize, len), kernel)
+}
+
+/// `mremap(2)`. Variadic in C; on x86-64 the optional fifth argument arrives in its register
+/// either way, and is read only with `MREMAP_FIXED`, when the caller passed it.
+///
+/// # Safety
+/// As `mremap(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn mremap(
+    old: *mut c_void,
+    old_len: size_t,
+    new_len: size_t,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
+    let new_addr = if flags & libc::MREMAP_FIXED != 0 {
+        new_addr
+    } else {
+        std::ptr::null_mut()
+    };
+    // SAFETY: the program's arguments, passed on.
+    let kernel = || unsafe { real::mremap(old, old_len, new_len, flags, new_addr) };
+    if !active() {
+        return kernel();
+    }
+    inside(
+        || shim::remap(old as usize, old_len, new_len, flags),
+        kernel,
+    )
+}
+
+/// # Safety
+/// As `mprotect(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
+    // SAFETY: the program's arguments, passed on.
+    let kernel = || unsafe { real::mprotect(addr, len, prot) };
+    if !active() {
+        return kernel();
+    }
+    inside(
+        || {
+            shim::protect(addr as usize, len, prot);
+            None
+        },
+        kernel,
+    )
+}
+
+/// # Safety
+/// As `madvise(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+    // SAFETY: the program's arguments, passed on.
+    let kernel = || unsafe { real::madvise(addr, len, advice) };
+    if !active() {
+        return kernel();
+    }
+    inside(|| shim::advise(addr as usize, len, advice), kernel)
+}
+
+/// # Safety
+/// As `msync(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
+    // SAFETY: the program's arguments, passed on.
+    let kernel = || unsafe { real::msync(addr, len, flags) };
+    if !active() || !(addr as usize).is_multiple_of(4096) {
+        return kernel();
+    }
+    inside(|| shim::sync_range(addr as usize, len), kernel)
+}
+
+/// A read at `off` (`None`: the file position) into `buf`.
+unsafe fn do_read(fd: c_int, buf: *mut c_void, n: size_t, off: Option<off_t>) -> ssize_t {
+    // SAFETY: the program's arguments, passed on.
+    let kernel = |p: usize, k: usize, done: usize| unsafe {
+        match off {
+            Some(o) => real::pread(fd, p as *mut c_void, k, o + done as off_t),
+            None => real::read(fd, p as *mut c_void, k),
+        }
+    };
+    if !active() {
+        return kernel(buf as usize, n, 0);
+    }
+    inside(
+        || {
+            if let Some(v) = shim::file_view(fd) {
+                let at = match off {
+                    Some(o) => o as u64,
+                    None => real::tell(fd)?,
+                };
+                v.before(at, at.saturating_add(n as u64));
+            }
+            Some(shim::transfer(buf as usize, n, true, kernel))
+        },
+        || kernel(buf as usize, n, 0),
+    )
+}
+
+/// A write at `off` (`None`: the file position, or the end with `O_APPEND`) from `buf`.
+unsafe fn do_write(fd: c_int, buf: *const c_void, n: size_t, off: Option<off_t>) -> ssize_t {
+    // SAFETY: the program's arguments, passed on.
+    let kernel = |p: usize, k: usize, done: usize| unsafe {
+        match off {
+            Some(o) => real::pwrite(fd, p as *const c_void, k, o + done as off_t),
+            None => real::write(fd, p as *const c_void, k),
+        }
+    };
+    if !active() {
+        return kernel(buf as usize, n, 0);
+    }
+    inside(
+        || {
+            let view = shim::file_view(fd);
+            let mut at = 0;
+            if let Some(v) = &view {
+                at = match off {
+                    Some(o) => o as u64,
+                    None if real::getfl(fd)? & libc::O_APPEND != 0 => v.size,
+                    None => real::tell(fd)?,
+                };
+                v.before(at, at.saturating_add(n as u64));
+            }
+            let r = shim::transfer(buf as usize, n, false, kernel);
+            if let (Some(v), true) = (&view, r > 0) {
+                let e = real::errno();
+                v.after_write(at, at + r as u64);
+                real::set_errno(e);
+            }
+            Some(r)
+        },
+        || kernel(buf as usize, n, 0),
+    )
+}
+
+/// # Safety
+/// As `read(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { do_read(fd, buf, n, None) }
+}
+
+/// # Safety
+/// As `pread(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { do_read(fd, buf, n, Some(off)) }
+}
+
+/// # Safety
+/// As `pread64`.
+#[no_mangle]
+pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { do_read(fd, buf, n, Some(off)) }
+}
+
+/// # Safety
+/// As `write(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { do_write(fd, buf, n, None) }
+}
+
+/// # Safety
+/// As `pwrite(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { do_write(fd, buf, n, Some(off)) }
+}
+
+/// # Safety
+/// As `pwrite64`.
+#[no_mangle]
+pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    // SAFETY: forwarded.
+    unsafe { do_write(fd, buf, n, Some(off)) }
+}
+
+/// # Safety
+/// As `readv(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
+    // SAFETY: the program's arguments, passed on.
+    let kernel = || unsafe { real::readv(fd, iov, cnt) };
+    if !active() {
+        return kernel();
+    }
+    inside(
+        || {
+            if let Some(v) = shim::file_view(fd) {
+                let at = real::tell(fd)?;
+                v.before(at, at.saturating_add(shim::iov_len(iov, cnt) as u64));
+            }
+            shim::touch_iov(iov, cnt, true);
+            Some(kernel())
+        },
+        kernel,
+    )
+}
+
+/// # Safety
+/// As `writev(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
+    // SAFETY: the program's arguments, passed on.
+    let kernel = || unsafe { real::writev(fd, iov, cnt) };
+    if !active() {
+        return kernel();
+    }
+    inside(
+        || {
+            let view = shim::file_view(fd);
+            let n = shim::iov_len(iov, cnt) as u64;
+            let mut at = 0;
+            if let Some(v) = &view {
+                at = if real::getfl(fd)? & libc::O_APPEND != 0 {
+                    v.size
+                } else {
+                    real::tell(fd)?
+                };
+                v.before(at, at.saturating_add(n));
+            }
+            shim::touch_iov(iov, cnt, false);
+            let r = kernel();
+            if let (Some(v), true) = (&view, r > 0) {
+                let e = real::errno();
+                v.after_write(at, at + r as u64);
+                real::set_errno(e);
+            }
+            Some(r)
+        },
+        kernel,
+    )
+}
+
+/// # Safety
+/// As `send(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
+    // SAFETY: the program's arguments, passed on.
+    let kernel =
+        |p: usize, k: usize, _done: usize| unsafe { real::send(fd, p as *const c_void, k, flags) };
+    if !active() {
+        return kernel(buf as usize, n, 0);
+    }
+    inside(
+        || Some(shim::transfer(buf as usize, n, false, kernel)),
+        || kernel(buf as usize, n, 0),
+    )
+}
+
+unsafe fn do_truncate(fd: c_int, len: off_t) -> c_int {
+    // SAFETY: the program's arguments, passed on.
+    let kernel = || unsafe { real::ftruncate(fd, len) };
+    if !active() {
+        return kernel();
+    }
+    inside(
+        || {
+            let v = shim::file_view(fd)?;
+            let r = kernel();
+            if r == 0 {
+                let e = real::errno();
+                // Past the smaller end, every mapping's copy goes: shrunk, its accesses fault
+                // and get SIGBUS; grown, the new bytes are the file's zeros. A dirty buffer
+                // there is written back only up to the new end.
+                let from = v.size.min(len.max(0) as u64) & !4095;
+                v.after_write(from, u64::MAX);
+                real::set_errno(e);
+            }
+            Some(r)
+        },
+        kernel,
+    )
+}
+
+/// # Safety
+/// As `ftruncate(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { do_truncate(fd, len) }
+}
+
+/// # Safety
+/// As `ftruncate64`.
+#[no_mangle]
+pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { do_truncate(fd, len) }
+}
+
+unsafe fn do_sync(fd: c_int, data_only: bool) -> c_int {
+    // SAFETY: the program's arguments, passed on.
+    let kernel = || unsafe {
+        if data_only {
+            real::fdatasync(fd)
+        } else {
+            real::fsync(fd)
+        }
+    };
+    if !active() {
+        return kernel();
+    }
+    inside(
+        || {
+            let v = shim::file_view(fd)?;
+            if !v.sync() {
+                real::set_errno(libc::EIO);
+                return Some(-1);
+            }
+            Some(kernel())
+        },
+        kernel,
+    )
+}
+
+/// # Safety
+/// As `fsync(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { do_sync(fd, false) }
+}
+
+/// # Safety
+/// As `fdatasync(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { do_sync(fd, true) }
+}

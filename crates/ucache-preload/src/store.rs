@@ -1,0 +1,134 @@
+//! The store behind a shim mapping: the program's file, reopened by the shim, read and written
+//! with raw system calls (never through the shim's own `pread`/`pwrite`, which would route
+//! the cache's IO back into the cache).
+//!
+//! It gives the kernel's end-of-file rules: a buffer that starts at or past the end of the
+//! file cannot be read (the fault fails and the access gets `SIGBUS`, as a page past EOF
+//! does); the buffer holding the end reads as zeros after it; a write-back never writes past
+//! the current end (a truncation drops what lay beyond, as the page cache does).
+
+use std::io;
+use std::sync::Arc;
+
+use ucache::store::{Object, OpenOptions, Store};
+
+/// A descriptor the shim owns, closed on drop.
+pub(crate) struct RawFile {
+    pub fd: i32,
+}
+
+impl Drop for RawFile {
+    fn drop(&mut self) {
+        crate::real::close(self.fd);
+    }
+}
+
+impl RawFile {
+    fn size(&self) -> io::Result<u64> {
+        crate::real::fstat(self.fd)
+            .map(|st| st.st_size as u64)
+            .ok_or_else(io::Error::last_os_error)
+    }
+}
+
+pub(crate) struct FileObject {
+    pub file: Arc<RawFile>,
+    pub name: String,
+    /// The end of the mapping: reported as the length where the file is shorter, so that a
+    /// mapping may reach past the end of its file as `mmap`'s may (LMDB maps its whole map
+    /// size over a shorter file).
+    pub min_len: u64,
+}
+
+impl Object for FileObject {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.size()?.max(self.min_len))
+    }
+    fn set_len(&self, _len: u64) -> io::Result<()> {
+        // Never asked: `len` covers every mapping (a kernel mapping does not grow its file).
+        Ok(())
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut done = 0usize;
+        while done < buf.len() {
+            // SAFETY: the rest of `buf` is valid for writes.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_pread64,
+                    self.file.fd,
+                    buf[done..].as_mut_ptr(),
+                    buf.len() - done,
+                    (offset + done as u64) as libc::off_t,
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if r == 0 {
+                break;
+            }
+            done += r as usize;
+        }
+        if done == 0 {
+            // Wholly past the end of the file: the fault fails, the access gets SIGBUS.
+            return Ok(0);
+        }
+        buf[done..].fill(0);
+        Ok(buf.len())
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        let size = self.file.size()?;
+        if offset >= size {
+            return Ok(());
+        }
+        let n = buf.len().min((size - offset) as usize);
+        let mut done = 0usize;
+        while done < n {
+            // SAFETY: buf[done..n] is valid for reads.
+            let r = unsafe {
+                libc::syscall(
+                    libc::SYS_pwrite64,
+                    self.file.fd,
+                    buf[done..n].as_ptr(),
+                    n - done,
+                    (offset + done as u64) as libc::off_t,
+                )
+            };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if r == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            done += r as usize;
+        }
+        Ok(())
+    }
+    fn sync(&self) -> io::Result<()> {
+        // SAFETY: no pointers.
+        if unsafe { libc::syscall(libc::SYS_fdatasync, self.file.fd) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// A store of one object: the one the mapping being made opens.
+pub(crate) struct OneObject(pub Arc<FileObject>);
+
+impl Store for OneObject {
+    fn open(&self, _object: &str, _options: OpenOptions) -> ucache::Result<Arc<dyn Object>> {
+        Ok(self.0.clone())
+    }
+}

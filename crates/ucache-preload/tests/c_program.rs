@@ -1,0 +1,150 @@
+//! tests/c/prog.c run plain and under the shim: map reads, writes and msync, pread/pwrite
+//! mixed with map accesses, kernel-mode accesses, fork, exec, private mappings, truncation
+//! under a mapping, and bad environment values.
+
+mod common;
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+fn prog(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/prog.c");
+    compile(&src, dir, "prog", &[])
+}
+
+fn cmd(prog: &Path, mode: &str, file: &Path, expect_shim: &str) -> Command {
+    let mut c = Command::new(prog);
+    c.arg(mode).arg(file).env("EXPECT_SHIM", expect_shim);
+    c
+}
+
+#[test]
+fn modes_give_the_same_results_plain_and_through_the_shim() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = prog(dir.path());
+    let file = dir.path().join("data.dat");
+    let glob = format!("{}/*.dat", dir.path().display());
+    for mode in ["read", "write", "mix", "fork", "private", "exec"] {
+        let plain = ok(&run(cmd(&prog, mode, &file, "0")), &format!("{mode} plain"));
+        // 256 KiB for 4 MiB of data: every mode runs out of memory and evicts.
+        let out = run(under_shim(cmd(&prog, mode, &file, "1"), &glob, "256KiB"));
+        let shim = ok(&out, &format!("{mode} through the shim"));
+        assert_eq!(plain, shim, "{mode}");
+        // (exec replaces the image before the statistics are printed: prog checked
+        // /proc/self/maps itself.)
+        if mode != "exec" {
+            assert!(
+                shim_mappings(&out.stderr) > 0,
+                "{mode}: the shim mapped nothing"
+            );
+        }
+    }
+}
+
+#[test]
+fn other_policies_and_buffer_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = prog(dir.path());
+    let file = dir.path().join("data.dat");
+    let glob = format!("{}/*.dat", dir.path().display());
+    for (policy, bs) in [("s3fifo", "4KiB"), ("lru", "16KiB"), ("2q", "64KiB")] {
+        for mode in ["read", "mix"] {
+            let mut c = under_shim(cmd(&prog, mode, &file, "1"), &glob, "1MiB");
+            c.env("UCACHE_POLICY", policy).env("UCACHE_BUFFER_SIZE", bs);
+            ok(&run(c), &format!("{mode} with {policy}, {bs}"));
+        }
+    }
+}
+
+#[test]
+fn truncation_under_a_mapping_raises_sigbus() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = prog(dir.path());
+    let file = dir.path().join("data.dat");
+    let glob = format!("{}/*.dat", dir.path().display());
+    let plain = run(cmd(&prog, "truncate", &file, "0"));
+    let shim = run(under_shim(
+        cmd(&prog, "truncate", &file, "1"),
+        &glob,
+        "256KiB",
+    ));
+    for (what, out) in [("plain", &plain), ("shim", &shim)] {
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGBUS),
+            "{what}: {:?}\n{}",
+            out.status,
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains("touching past the end"),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn bad_environment_values_leave_mappings_to_the_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = prog(dir.path());
+    let file = dir.path().join("data.dat");
+    let glob = format!("{}/*.dat", dir.path().display());
+    let cases: &[(&str, &str)] = &[
+        ("UCACHE_MEMORY", "lots"),
+        ("UCACHE_POLICY", "nope"),
+        ("UCACHE_FILES", ""),
+        ("UCACHE_FILES", "*.db::*.dat"),
+        ("UCACHE_BUFFER_SIZE", "3000"),
+    ];
+    for &(var, value) in cases {
+        let mut c = under_shim(cmd(&prog, "read", &file, "0"), &glob, "1MiB");
+        c.env(var, value);
+        let out = run(c);
+        ok(&out, &format!("{var}={value}"));
+        let err = text(&out.stderr);
+        let msgs: Vec<_> = err
+            .lines()
+            .filter(|l| l.starts_with("ucache-preload:"))
+            .collect();
+        assert_eq!(msgs.len(), 1, "{var}={value}: {err}");
+        assert!(
+            msgs[0].contains(var) && msgs[0].contains("kernel"),
+            "{}",
+            msgs[0]
+        );
+    }
+}
+
+#[test]
+fn a_refused_mapping_gets_a_kernel_mapping_and_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = prog(dir.path());
+    let file = dir.path().join("data.dat");
+    let glob = format!("{}/*.dat", dir.path().display());
+    // Five descriptors: the program's file is 3, the shim's reopened one 4, and the
+    // userfaultfd ucache needs for the mapping finds none left.
+    let mut c = under_shim(cmd(&prog, "read", &file, "0"), &glob, "1MiB");
+    // SAFETY: setrlimit is async-signal-safe; it runs in the child before exec.
+    unsafe {
+        c.pre_exec(|| {
+            let r = libc::rlimit {
+                rlim_cur: 5,
+                rlim_max: 5,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = run(c);
+    ok(&out, "read with no descriptor to spare");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("refused by ucache") && err.contains("kernel mapping"),
+        "{err}"
+    );
+}
