@@ -29,6 +29,20 @@ pub struct Located {
 /// Finds the store of `url`. A writable S3 mapping uses the chunked layout (a key prefix of
 /// chunk objects plus a manifest), since an S3 object can only be replaced whole.
 pub fn locate(url: &str, s3: &S3Options, writable: bool) -> Result<Located> {
+    let scheme = url.split_once("://").map(|(s, _)| s);
+    let bad = |why: String| Err(ucache_core::Error::BadArgument(why));
+    match scheme {
+        Some("s3") | Some("file") => {}
+        Some(other) if !other.contains('/') => {
+            return bad(format!(
+                "'{url}': unsupported URL scheme '{other}' (use a local path, file:// or s3://)"
+            ))
+        }
+        _ if url.starts_with("s3:") => {
+            return bad(format!("'{url}' is not an s3:// URL (s3://bucket/key)"))
+        }
+        _ => {}
+    }
     if !url.starts_with("s3://") {
         let path = url.strip_prefix("file://").unwrap_or(url);
         return Ok(Located {

@@ -23,6 +23,11 @@ from typing import Any
 from fsspec.implementations.local import LocalFileSystem, make_path_posix
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
+try:  # fsspec >= 2025.10: marks filesystems layered over another ("ucache::s3://...")
+    from fsspec.implementations.chained import ChainedFileSystem as _Base
+except ImportError:  # older fsspec: chaining still works through target_protocol
+    _Base = AbstractFileSystem  # type: ignore[misc,assignment]
+
 from ._ucache import Cache, Mapping
 from .errors import NotFound, ReadOnly
 
@@ -33,7 +38,7 @@ def _is_s3(path: str) -> bool:
     return path.startswith("s3://")
 
 
-class UcacheFileSystem(AbstractFileSystem):
+class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
     """Read-only files, local or on S3, cached by ucache.
 
     `cache`: the :class:`ucache.Cache` to map into (default: a new one of `memory` bytes).
@@ -94,16 +99,23 @@ class UcacheFileSystem(AbstractFileSystem):
                 break
         if _is_s3(path):
             return path.rstrip("/")
+        if not path:  # "ucache::s3://..." names its path in the chained part
+            return ""
         if path.startswith("file://"):
             path = path[len("file://") :]
-        return make_path_posix(path).rstrip("/") or "/"
+        # Relative paths stay relative here: under a chained "ucache::s3://" they are keys of
+        # the target protocol, which only the instance knows (see _full).
+        return path.rstrip("/") or "/"
 
     def _full(self, path: str) -> str:
-        """The canonical path: a local absolute path or an s3:// URL."""
+        """The canonical path: an absolute local path or an s3:// URL. Under a chained
+        ``ucache::s3://`` a path without a protocol is a bucket/key of the target."""
         path = self._strip_protocol(path)
-        if self.target_protocol in ("s3", "s3a") and not _is_s3(path):
+        if _is_s3(path):
+            return path
+        if self.target_protocol in ("s3", "s3a"):
             return "s3://" + path.lstrip("/")
-        return path
+        return make_path_posix(path)
 
     # ---- mappings ----
 
