@@ -23,14 +23,21 @@ use ucache_core::{ExclusiveGuard, Mapping as CoreMapping, SharedGuard};
 use crate::buffer::Exports;
 use crate::errors::{raise, IntoPy, Kind};
 
-/// A pin, its lifetime erased: it borrows the core mapping that [`Pin::mapping`] keeps alive.
+/// A pin, its lifetime erased: it borrows the core mapping that [`Held`] keeps alive.
 enum Guard {
     Shared(#[allow(dead_code)] SharedGuard<'static>),
     Exclusive(ExclusiveGuard<'static>),
 }
 
-/// A guard that may be dropped on any thread.
-struct Held(Guard);
+/// A guard and the mapping it borrows, which may be dropped on any thread. Fields drop in
+/// declaration order: the guard unpins before the mapping can go, and once unpinned the pin
+/// no longer keeps the mapping from being closed.
+struct Held {
+    guard: Guard,
+    /// Never read: owned so that the mapping the guard borrows outlives it.
+    #[allow(dead_code)]
+    mapping: Arc<CoreMapping>,
+}
 
 // SAFETY: unpinning is an atomic update of the buffer's state word, valid from any thread.
 // An exclusive guard dropped on a thread other than the one that took it (only when the last
@@ -38,7 +45,7 @@ struct Held(Guard);
 // record of its exclusive pins, which serves only to report `WouldDeadlock` instead of waiting
 // on oneself, one entry too long: at worst a later wait of that thread on that very buffer
 // reports `WouldDeadlock`. No memory is touched through the guard after the move.
-unsafe impl Send for Held {}
+unsafe impl Send for Guard {}
 
 enum State {
     Held(Held),
@@ -50,8 +57,6 @@ enum State {
 /// A pinned buffer (see `Mapping.pin`).
 #[pyclass(frozen, module = "ucache")]
 pub struct Pin {
-    // Field order matters: `state` (the guard) is dropped before `mapping`, which the guard
-    // borrows.
     state: Mutex<State>,
     /// The memoryview `__enter__` handed out, released on exit.
     view: Mutex<Option<Py<PyAny>>>,
@@ -61,9 +66,6 @@ pub struct Pin {
     ptr: usize,
     len: usize,
     name: String,
-    /// Never read: owned so that the mapping the guard borrows outlives it.
-    #[allow(dead_code)]
-    mapping: Arc<CoreMapping>,
 }
 
 impl Pin {
@@ -75,27 +77,27 @@ impl Pin {
         index: u64,
         exclusive: bool,
     ) -> PyResult<Pin> {
-        let (held, ptr, len) = py
-            .detach(|| -> ucache_core::Result<(Held, usize, usize)> {
+        let (guard, ptr, len) = py
+            .detach(|| -> ucache_core::Result<(Guard, usize, usize)> {
                 if exclusive {
                     let mut g = mapping.pin_exclusive(index)?;
                     let (ptr, len) = (g.as_mut_ptr() as usize, g.len());
                     // SAFETY: the guard borrows the core mapping inside `mapping`'s Arc, which
-                    // `Pin` owns and drops after the guard (field order), so the borrow
+                    // `Held` owns and drops after the guard (field order), so the borrow
                     // outlives the guard at a fixed address.
                     let g: ExclusiveGuard<'static> = unsafe { std::mem::transmute(g) };
-                    Ok((Held(Guard::Exclusive(g)), ptr, len))
+                    Ok((Guard::Exclusive(g), ptr, len))
                 } else {
                     let g = mapping.pin_shared(index)?;
                     let (ptr, len) = (g.as_ptr() as usize, g.len());
                     // SAFETY: as above.
                     let g: SharedGuard<'static> = unsafe { std::mem::transmute(g) };
-                    Ok((Held(Guard::Shared(g)), ptr, len))
+                    Ok((Guard::Shared(g), ptr, len))
                 }
             })
             .py_err()?;
         Ok(Pin {
-            state: Mutex::new(State::Held(held)),
+            state: Mutex::new(State::Held(Held { guard, mapping })),
             view: Mutex::new(None),
             exports: Exports::default(),
             index,
@@ -103,7 +105,6 @@ impl Pin {
             ptr,
             len,
             name: name.to_string(),
-            mapping,
         })
     }
 
@@ -215,7 +216,7 @@ impl Pin {
     ) -> PyResult<()> {
         let this = slf.get();
         let mut st = this.state.lock();
-        let State::Held(Held(guard)) = &mut *st else {
+        let State::Held(Held { guard, .. }) = &mut *st else {
             return Err(this.released_error());
         };
         if let Guard::Exclusive(g) = guard {
