@@ -23,9 +23,6 @@ fn _ucache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<mapping::Mapping>()?;
     m.add_class::<pin::Pin>()?;
     m.add_function(wrap_pyfunction!(simulate::simulate, m)?)?;
-    m.add(
-        "POLICY_NAMES",
-        ucache_core::policy::POLICY_NAMES.to_vec(),
-    )?;
+    m.add("POLICY_NAMES", ucache_core::policy::POLICY_NAMES.to_vec())?;
     Ok(())
 }

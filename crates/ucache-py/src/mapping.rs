@@ -305,8 +305,16 @@ impl Mapping {
                 self.name,
                 m.len(),
                 m.buffer_size(),
-                if m.is_writable() { "writable" } else { "read-only" },
-                if m.is_transparent() { ", transparent" } else { "" },
+                if m.is_writable() {
+                    "writable"
+                } else {
+                    "read-only"
+                },
+                if m.is_transparent() {
+                    ", transparent"
+                } else {
+                    ""
+                },
                 format_args!(", policy {}", m.policy_name()),
             ),
             None => format!("<ucache.Mapping '{}' closed>", self.name),
@@ -333,7 +341,10 @@ impl Mapping {
         // SAFETY: the mapping is alive (we hold the lock that `close` needs) and `close`
         // refuses to unmap while this export is counted; loads and stores to a transparent
         // mapping are served by its fault handler, so any byte of it may be touched.
-        unsafe { this.exports.export(slf.clone().into_any(), view, flags, ptr, len, writable) }
+        unsafe {
+            this.exports
+                .export(slf.clone().into_any(), view, flags, ptr, len, writable)
+        }
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {

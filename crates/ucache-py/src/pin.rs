@@ -111,7 +111,10 @@ impl Pin {
     fn released_error(&self) -> PyErr {
         raise(
             Kind::Closed,
-            format!("pin of buffer {} of '{}' was released", self.index, self.name),
+            format!(
+                "pin of buffer {} of '{}' was released",
+                self.index, self.name
+            ),
         )
     }
 
@@ -204,7 +207,11 @@ impl Pin {
         format!(
             "<ucache.Pin buffer {} ({}){}>",
             self.index,
-            if self.exclusive { "exclusive" } else { "shared" },
+            if self.exclusive {
+                "exclusive"
+            } else {
+                "shared"
+            },
             if self.released() { ", released" } else { "" }
         )
     }
