@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 
 venv=$PWD/target/pyenv
 py=$venv/bin/python
+# maturin (run by pip without build isolation) and tpchgen-cli are found on PATH.
+export PATH="$venv/bin:$PATH"
 if [ ! -x "$py" ]; then
   python3 -m venv "$venv"
 fi
@@ -21,8 +23,13 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${deps[*]}" ]; then
   echo "${deps[*]}" >"$stamp"
 fi
 
-# The extension, built by maturin through pip (release profile, cached in target/).
-"$py" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall ./crates/ucache-py
+# The extension, built by maturin through pip with the venv's maturin (no isolated build
+# environment to download). The dev profile by default: it shares target/debug with `cargo
+# test`, so after scripts/test.sh only pyo3 and this crate compile (seconds, where a release
+# build with LTO takes minutes). UCACHE_PY_PROFILE=release tests the optimized build.
+MATURIN_PEP517_ARGS="--profile ${UCACHE_PY_PROFILE:-dev}" \
+  "$py" -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+  --force-reinstall ./crates/ucache-py
 
 # The `ucache` command, for the simulator's comparison.
 cargo build --quiet -p ucache-cli
