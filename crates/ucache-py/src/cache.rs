@@ -182,11 +182,13 @@ impl Cache {
         Ok(d)
     }
 
+    /// Names the object's address: fsspec tells filesystem instances apart by the repr of
+    /// their arguments, so two caches of the same size must not look alike.
     fn __repr__(&self) -> String {
         format!(
-            "<ucache.Cache memory={} used={}>",
-            self.inner.budget(),
-            self.inner.used()
+            "<ucache.Cache at {:#x} memory={}>",
+            self as *const Self as usize,
+            self.inner.budget()
         )
     }
 }

@@ -147,6 +147,17 @@ impl Mapping {
     fn closed(&self) -> bool {
         self.inner.read().is_none()
     }
+    /// Whether buffer `index` is resident now (for diagnostics and tests).
+    fn is_resident(&self, index: u64) -> PyResult<bool> {
+        let m = self.get()?;
+        match m.state(index) {
+            Some(w) => Ok(w.phase() == ucache_core::state::Phase::Cached),
+            None => Err(raise(
+                Kind::OutOfRange,
+                format!("buffer {index} is past the last buffer ({})", m.buffers()),
+            )),
+        }
+    }
     /// The buffer holding byte `offset`.
     fn buffer_of(&self, offset: u64) -> PyResult<u64> {
         let m = self.get()?;

@@ -43,7 +43,9 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
 
     `cache`: the :class:`ucache.Cache` to map into (default: a new one of `memory` bytes).
     `buffer_size`, `policy`, `readahead`: as for :meth:`ucache.Cache.map` (the buffer size
-    defaults to 64 KiB for local files and 1 MiB for S3). `endpoint`, `access_key`,
+    defaults to 64 KiB for local files and 1 MiB for S3). `parquet_prefetch`: for ``.parquet``
+    files, the row groups ahead whose chunks of the columns being read are prefetched
+    (:mod:`ucache.parquet`); 0, the default, turns it off. `endpoint`, `access_key`,
     `secret_key`, `region`, `allow_http`: S3 settings, else the ``AWS_*`` variables.
     """
 
@@ -58,6 +60,7 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
         buffer_size: int | str | None = None,
         policy: str | None = None,
         readahead: bool = True,
+        parquet_prefetch: int = 0,
         endpoint: str | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
@@ -72,6 +75,8 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
         self.buffer_size = buffer_size
         self.policy = policy
         self.readahead = readahead
+        self.parquet_prefetch = parquet_prefetch
+        self._prefetchers: dict[str, Any] = {}
         opts = dict(target_options or {})
         self.s3_options = {
             "endpoint": endpoint or opts.get("endpoint_url"),
@@ -200,12 +205,29 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
         end = size if end is None else (max(0, size + end) if end < 0 else min(end, size))
         return start, max(start, end)
 
+    def prefetcher(self, path: str) -> Any:
+        """The Parquet prefetcher of `path`, or None (off, or not a Parquet file)."""
+        path = self._full(path)
+        if not self.parquet_prefetch or not path.endswith(".parquet"):
+            return None
+        with self._lock:
+            if path in self._prefetchers:
+                return self._prefetchers[path]
+        from .parquet import prefetcher_for
+
+        p = prefetcher_for(self.mapping(path), self.parquet_prefetch)
+        with self._lock:
+            return self._prefetchers.setdefault(path, p)
+
     def read_range(self, path: str, start: int, end: int) -> bytes:
         """Bytes `[start, end)` of `path` (clamped to the file), through its mapping."""
         size = self.size(path)
         start, end = self._range(size, start, end)
         if start == end:
             return b""
+        p = self.prefetcher(path)
+        if p is not None:
+            p.on_read(start, end)
         return self.mapping(path).read(start, end - start)
 
     def size(self, path: str) -> int:
