@@ -2,12 +2,11 @@
 
 mod bench;
 mod demo;
-mod sim;
-mod size;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use ucache_cli::{sim, size};
 
 #[derive(Parser)]
 #[command(

@@ -1,0 +1,146 @@
+"""Type stubs of the native module ``ucache._ucache`` (re-exported by ``ucache``)."""
+
+from os import PathLike
+from types import TracebackType
+from typing import Any
+
+Size = int | str
+"""Bytes as an int, or a string such as "1GiB", "256M", "64KiB" (every suffix a power of 1024)."""
+
+POLICY_NAMES: list[str]
+
+class Cache:
+    """A memory budget shared by mappings."""
+
+    def __init__(
+        self,
+        memory: Size = ...,
+        *,
+        batch: int | None = None,
+        batch_bytes: Size | None = None,
+        io_threads: int | None = None,
+        background_eviction: bool = True,
+        budget_wait: float | None = None,
+        profile_faults: bool = False,
+    ) -> None: ...
+    @property
+    def memory(self) -> int:
+        """The budget in bytes."""
+    @property
+    def used(self) -> int:
+        """Bytes of buffers resident now."""
+    def map(
+        self,
+        path: str | PathLike[str],
+        *,
+        buffer_size: Size | None = None,
+        writable: bool | None = None,
+        create: bool = False,
+        length: Size | None = None,
+        offset: int = 0,
+        transparent: bool = False,
+        policy: str | None = None,
+        readahead: bool = True,
+        track_access: bool = False,
+        weight: int = 1,
+        endpoint: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        session_token: str | None = None,
+        region: str | None = None,
+        allow_http: bool | None = None,
+    ) -> Mapping:
+        """Maps a local path or an ``s3://bucket/key`` URL.
+
+        `buffer_size`: a power of two from 4 KiB (default for files; 1 MiB for S3). `writable`
+        (default: as `create`); `create` makes a missing object of `length` bytes. A writable
+        S3 mapping is a key prefix of chunk objects. `transparent`: the mapping's memory is
+        usable directly (buffer protocol); `readahead` applies to transparent mappings with the
+        default policy. `policy`: one of :data:`POLICY_NAMES` (default clock). S3 settings not
+        given come from ``AWS_ENDPOINT_URL`` (or ``UCACHE_S3_ENDPOINT``), ``AWS_REGION``,
+        ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``. Blocks with the
+        GIL released.
+        """
+    def stats(self) -> dict[str, Any]:
+        """Counters (hits, misses, evictions, bytes_read, ...), ``miss_latency`` (a list of
+        power-of-two nanosecond buckets), ``memory`` and ``used``."""
+
+class Mapping:
+    """A mapped object. Transparent mappings export their memory through the buffer protocol
+    (``memoryview(m)``, ``numpy.frombuffer(m, ...)``), writable when the mapping is; it
+    cannot be closed while such views are alive. Byte ranges default to the whole mapping."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def buffer_size(self) -> int: ...
+    @property
+    def buffers(self) -> int: ...
+    @property
+    def resident(self) -> int: ...
+    @property
+    def writable(self) -> bool: ...
+    @property
+    def transparent(self) -> bool: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def buffer_of(self, offset: int) -> int: ...
+    def is_resident(self, index: int) -> bool: ...
+    def ensure_cached(self, offset: int = 0, length: int | None = None) -> None: ...
+    def prefetch(self, offset: int = 0, length: int | None = None) -> None: ...
+    def evict(self, offset: int = 0, length: int | None = None) -> None: ...
+    def writeback(self, offset: int = 0, length: int | None = None) -> None: ...
+    def msync(self, offset: int = 0, length: int | None = None) -> None: ...
+    def clear_sync_failure(self) -> str | None: ...
+    def read(self, offset: int = 0, n: int | None = None) -> bytes: ...
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None: ...
+    def pin(self, index: int, exclusive: bool = False) -> Pin:
+        """Pins buffer `index` now; ``with m.pin(i) as view:`` gives its memoryview."""
+    def close(self) -> None:
+        """Writes back and unmaps; raises :class:`ucache.InUse` while pins or views live."""
+    def __enter__(self) -> Mapping: ...
+    def __exit__(
+        self,
+        ty: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
+class Pin:
+    """A pinned buffer. The memoryview from ``with`` (or :attr:`view`) is released when the
+    block ends; if arrays or slices made from it are still alive, leaving the block raises
+    :class:`ucache.InUse` and the buffer stays pinned until they are gone."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def exclusive(self) -> bool: ...
+    @property
+    def released(self) -> bool: ...
+    @property
+    def view(self) -> memoryview: ...
+    def release(self) -> None: ...
+    def __enter__(self) -> memoryview: ...
+    def __exit__(
+        self,
+        ty: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
+def _simulate(
+    trace: Any,
+    policies: list[str],
+    sizes: list[str],
+    format: str = "text",
+    column: int = 1,
+    threads: int | None = None,
+) -> tuple[int, int, list[dict[str, Any]]]: ...

@@ -1,0 +1,297 @@
+"""``ucache://``: an fsspec filesystem whose files read through ucache mappings.
+
+Paths are local paths or ``s3://bucket/key`` URLs behind the protocol:
+``ucache:///data/t.parquet`` and ``ucache://s3://bucket/t.parquet`` (or, chained as fsspec
+spells it, ``ucache::s3://bucket/t.parquet``). Each file is mapped once, read-only, into the
+filesystem's :class:`ucache.Cache`, and every read is a copy out of that mapping: the file
+objects keep no block cache of their own (fsspec's ``cache_type="none"``), so the only cache,
+its budget and its policy are ucache's, and a reader asking for a range gets that range, no
+more. Metadata (``info``, ``ls``, ``glob``) comes from the wrapped filesystem: the local one,
+or s3fs where it is installed (without it, ``info`` of an S3 object still works, from its
+mapping, but listing does not).
+
+pyarrow (``pq.read_table(path, filesystem=fs)``) and DuckDB (``duckdb.register_filesystem(fs)``
+then ``read_parquet('ucache:///...')``) use it unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from fsspec.implementations.local import LocalFileSystem, make_path_posix
+from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
+
+try:  # fsspec >= 2025.10: marks filesystems layered over another ("ucache::s3://...")
+    from fsspec.implementations.chained import ChainedFileSystem as _Base
+except ImportError:  # older fsspec: chaining still works through target_protocol
+    _Base = AbstractFileSystem  # type: ignore[misc,assignment]
+
+from ._ucache import Cache, Mapping
+from .errors import NotFound, ReadOnly
+
+_PREFIXES = ("ucache://", "ucache::")
+
+
+def _is_s3(path: str) -> bool:
+    return path.startswith("s3://")
+
+
+class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
+    """Read-only files, local or on S3, cached by ucache.
+
+    `cache`: the :class:`ucache.Cache` to map into (default: a new one of `memory` bytes).
+    `buffer_size`, `policy`, `readahead`: as for :meth:`ucache.Cache.map` (the buffer size
+    defaults to 64 KiB for local files and 1 MiB for S3). `parquet_prefetch`: for ``.parquet``
+    files, the row groups ahead whose chunks of the columns being read are prefetched
+    (:mod:`ucache.parquet`); 0, the default, turns it off. `endpoint`, `access_key`,
+    `secret_key`, `region`, `allow_http`: S3 settings, else the ``AWS_*`` variables.
+    """
+
+    protocol = "ucache"
+    root_marker = "/"
+
+    def __init__(
+        self,
+        memory: int | str = "1GiB",
+        *,
+        cache: Cache | None = None,
+        buffer_size: int | str | None = None,
+        policy: str | None = None,
+        readahead: bool = True,
+        parquet_prefetch: int = 0,
+        endpoint: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        region: str | None = None,
+        allow_http: bool | None = None,
+        target_protocol: str | None = None,
+        target_options: dict | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.cache = cache if cache is not None else Cache(memory)
+        self.buffer_size = buffer_size
+        self.policy = policy
+        self.readahead = readahead
+        self.parquet_prefetch = parquet_prefetch
+        self._prefetchers: dict[str, Any] = {}
+        opts = dict(target_options or {})
+        self.s3_options = {
+            "endpoint": endpoint or opts.get("endpoint_url"),
+            "access_key": access_key or opts.get("key"),
+            "secret_key": secret_key or opts.get("secret"),
+            "region": region,
+            "allow_http": allow_http,
+        }
+        self.target_protocol = target_protocol
+        self._maps: dict[str, Mapping] = {}
+        self._lock = threading.Lock()
+        self._local = LocalFileSystem()
+        self._s3fs: Any = None
+
+    # ---- paths ----
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> str:
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]  # type: ignore[return-value]
+        path = os.fspath(path)
+        for p in _PREFIXES:
+            if path.startswith(p):
+                path = path[len(p) :]
+                break
+        if _is_s3(path):
+            return path.rstrip("/")
+        if not path:  # "ucache::s3://..." names its path in the chained part
+            return ""
+        if path.startswith("file://"):
+            path = path[len("file://") :]
+        # Relative paths stay relative here: under a chained "ucache::s3://" they are keys of
+        # the target protocol, which only the instance knows (see _full).
+        return path.rstrip("/") or "/"
+
+    def _full(self, path: str) -> str:
+        """The canonical path: an absolute local path or an s3:// URL. Under a chained
+        ``ucache::s3://`` a path without a protocol is a bucket/key of the target."""
+        path = self._strip_protocol(path)
+        if _is_s3(path):
+            return path
+        if self.target_protocol in ("s3", "s3a"):
+            return "s3://" + path.lstrip("/")
+        return make_path_posix(path)
+
+    # ---- mappings ----
+
+    def mapping(self, path: str) -> Mapping:
+        """The ucache mapping of `path` (mapped on first use, kept for the filesystem's life)."""
+        path = self._full(path)
+        with self._lock:
+            m = self._maps.get(path)
+            if m is not None and not m.closed:
+                return m
+        kw: dict[str, Any] = {"policy": self.policy, "readahead": self.readahead}
+        if _is_s3(path):
+            kw.update({k: v for k, v in self.s3_options.items() if v is not None})
+            kw["buffer_size"] = self.buffer_size or "1MiB"
+        else:
+            kw["buffer_size"] = self.buffer_size or "64KiB"
+        m = self.cache.map(path, **kw)
+        with self._lock:
+            # Another thread may have mapped it meanwhile: keep the first, close ours.
+            first = self._maps.setdefault(path, m)
+        if first is not m:
+            m.close()
+        return first
+
+    def _delegate(self, path: str) -> AbstractFileSystem:
+        """The filesystem that answers metadata questions for `path`."""
+        if not _is_s3(path):
+            return self._local
+        if self._s3fs is None:
+            try:
+                import s3fs  # noqa: F401
+            except ImportError as e:
+                raise NotImplementedError(f"listing S3 through ucache needs s3fs: {e}") from e
+            import fsspec
+
+            env = os.environ.get
+            o = self.s3_options
+            endpoint = o["endpoint"] or env("AWS_ENDPOINT_URL") or env("UCACHE_S3_ENDPOINT")
+            client_kwargs = {"region_name": o["region"] or env("AWS_REGION") or "us-east-1"}
+            self._s3fs = fsspec.filesystem(
+                "s3",
+                key=o["access_key"],
+                secret=o["secret_key"],
+                endpoint_url=endpoint,
+                client_kwargs=client_kwargs,
+            )
+        return self._s3fs
+
+    def _to_ours(self, path: str, entry: dict) -> dict:
+        entry = dict(entry)
+        if _is_s3(path) and not _is_s3(entry["name"]):
+            entry["name"] = "s3://" + entry["name"]
+        return entry
+
+    # ---- metadata ----
+
+    def info(self, path: str, **kwargs: Any) -> dict:
+        path = self._full(path)
+        if _is_s3(path):
+            try:
+                return self._to_ours(path, self._delegate(path).info(path, **kwargs))
+            except NotImplementedError:
+                return {"name": path, "size": self.mapping(path).size, "type": "file"}
+        return self._local.info(path, **kwargs)
+
+    def modified(self, path: str) -> Any:
+        """Last modification time (DuckDB asks, to validate its metadata caches)."""
+        path = self._full(path)
+        return self._delegate(path).modified(path)
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list:
+        path = self._full(path)
+        entries = self._delegate(path).ls(path, detail=True, **kwargs)
+        entries = [self._to_ours(path, e) for e in entries]
+        return entries if detail else [e["name"] for e in entries]
+
+    # ---- data ----
+
+    def _range(self, size: int, start: int | None, end: int | None) -> tuple[int, int]:
+        """fsspec's byte-range convention: negative offsets count from the end; clamped."""
+        start = 0 if start is None else (max(0, size + start) if start < 0 else min(start, size))
+        end = size if end is None else (max(0, size + end) if end < 0 else min(end, size))
+        return start, max(start, end)
+
+    def prefetcher(self, path: str) -> Any:
+        """The Parquet prefetcher of `path`, or None (off, or not a Parquet file)."""
+        path = self._full(path)
+        if not self.parquet_prefetch or not path.endswith(".parquet"):
+            return None
+        with self._lock:
+            if path in self._prefetchers:
+                return self._prefetchers[path]
+        from .parquet import prefetcher_for
+
+        p = prefetcher_for(self.mapping(path), self.parquet_prefetch)
+        with self._lock:
+            return self._prefetchers.setdefault(path, p)
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes `[start, end)` of `path` (clamped to the file), through its mapping."""
+        size = self.size(path)
+        start, end = self._range(size, start, end)
+        if start == end:
+            return b""
+        p = self.prefetcher(path)
+        if p is not None:
+            p.on_read(start, end)
+        return self.mapping(path).read(start, end - start)
+
+    def size(self, path: str) -> int:
+        path = self._full(path)
+        with self._lock:
+            m = self._maps.get(path)
+        if m is not None and not m.closed:
+            return m.size
+        s = self.info(path)["size"]
+        return int(s)
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
+        size = self.size(path)
+        start, end = self._range(size, start, end)
+        return self.read_range(path, start, end)
+
+    def cat_ranges(self, paths: list, starts: Any, ends: Any, max_gap: Any = None, on_error: str = "return", **kwargs: Any) -> list:
+        """Every range, read through the mappings; their missing buffers are requested in the
+        background first, so that on S3 the GETs of all ranges are in flight at once."""
+        n = len(paths)
+        starts = starts if isinstance(starts, list) else [starts] * n
+        ends = ends if isinstance(ends, list) else [ends] * n
+        for p, s, e in zip(paths, starts, ends):
+            try:
+                size = self.size(p)
+                s2, e2 = self._range(size, s, e)
+                if e2 > s2:
+                    self.mapping(p).prefetch(s2, e2 - s2)
+            except Exception:  # reported by the read below
+                pass
+        return super().cat_ranges(paths, starts, ends, max_gap=max_gap, on_error=on_error, **kwargs)
+
+    def _open(self, path: str, mode: str = "rb", block_size: Any = None, autocommit: bool = True, cache_options: Any = None, **kwargs: Any) -> "UcacheFile":
+        if mode != "rb":
+            raise ReadOnly(f"the ucache filesystem is read-only: cannot open '{path}' with mode '{mode}'")
+        path = self._full(path)
+        size = self.size(path)
+        return UcacheFile(self, path, mode, size=size)
+
+    # Writes are refused with ucache.ReadOnly (a PermissionError), as a read-only fsspec
+    # filesystem should.
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise ReadOnly("the ucache filesystem is read-only")
+
+    mkdir = makedirs = rm_file = rm = rmdir = mv = cp_file = put_file = pipe_file = touch = _refuse  # type: ignore[assignment]
+
+    def close_all(self) -> None:
+        """Closes every mapping this filesystem made (their cached data goes with them)."""
+        with self._lock:
+            maps, self._maps = list(self._maps.values()), {}
+        for m in maps:
+            m.close()
+
+
+class UcacheFile(AbstractBufferedFile):
+    """A read-only file of a :class:`UcacheFileSystem`: `read`, `seek`, `tell` and `size` as
+    any fsspec file, with every read served by the file's ucache mapping."""
+
+    def __init__(self, fs: UcacheFileSystem, path: str, mode: str = "rb", size: int | None = None) -> None:
+        # cache_type "none": no read-ahead block cache of fsspec's over ucache's own.
+        super().__init__(fs, path, mode=mode, cache_type="none", size=size)
+
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        return self.fs.read_range(self.path, start, end)
+
+
+__all__ = ["UcacheFileSystem", "UcacheFile", "NotFound"]

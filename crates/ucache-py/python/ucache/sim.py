@@ -1,0 +1,145 @@
+"""The policy simulator from Python.
+
+:func:`simulate` replays a trace (a numpy array of ids or a trace file) through ucache's
+policies with the code of the ``ucache sim`` command: the same readers, renumbering and
+:class:`ucache::policy::Simulator`, which runs the very policy code of the live cache. Every id
+is one buffer, so miss ratios are object miss ratios.
+
+The classes at the end mirror libCacheSim's Python package for the common calls
+(``LRU(cache_size).process_trace(trace) -> (miss_ratio, byte_miss_ratio)``), so a notebook
+written against libcachesim can switch by changing its import. They run ucache's policies:
+several of those are variants of libCacheSim's (see docs/policies.md), so numbers may differ.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence, Union
+
+from ._ucache import _simulate
+
+Size = Union[int, float, str]
+
+
+def _trace_arg(trace: Any) -> Any:
+    """A path stays a path; anything else becomes a C-contiguous uint64 buffer."""
+    if isinstance(trace, (str, os.PathLike)):
+        return os.fspath(trace)
+    try:
+        import numpy as np
+    except ImportError:  # a plain sequence of ints still works, without numpy
+        from array import array
+
+        return array("Q", trace)
+    a = np.asarray(trace)
+    if a.dtype != np.uint64:
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"trace ids must be integers, not {a.dtype}")
+        a = a.astype(np.uint64)  # negative ids wrap, as hashed ids would
+    return np.ascontiguousarray(a.ravel())
+
+
+def _size_arg(s: Size) -> str:
+    """int: buffers; float in (0, 1]: fraction of the distinct ids; str: as on the command
+    line ("10%", "5000")."""
+    if isinstance(s, bool):
+        raise TypeError("a cache size is an int, a float fraction or a string, not a bool")
+    if isinstance(s, int):
+        return str(s)
+    if isinstance(s, float):
+        return f"{s * 100!r}%"
+    if isinstance(s, str):
+        return s
+    raise TypeError(f"a cache size is an int, a float fraction or a string, not {type(s).__name__}")
+
+
+def simulate(
+    trace: Any,
+    policy: Union[str, Sequence[str]] = "clock",
+    sizes: Union[Size, Sequence[Size]] = ("1%", "5%", "10%", "25%"),
+    *,
+    format: str = "text",
+    column: int = 1,
+    threads: int | None = None,
+    details: bool = False,
+) -> Any:
+    """Miss ratios of `policy` (a name or a list of names, see ``ucache.POLICY_NAMES``) at each
+    cache size of `sizes` (buffers as int, a fraction of the distinct ids as float, or
+    "10%"), on `trace`: a numpy array (or sequence) of integer ids, or the path of a trace
+    file in `format` (text, csv with `column`, oracle, msr, record), read as ``ucache sim``
+    reads it.
+
+    Returns a list of miss ratios aligned with `sizes` for one policy, a dict of such lists
+    keyed by policy for several, or with ``details=True`` a list of dicts (policy,
+    cache_size, requests, misses, miss_ratio, requests_per_sec) in policy-major order.
+    Replays run in parallel on `threads` threads (default: one per CPU), with the GIL
+    released.
+    """
+    single_policy = isinstance(policy, str)
+    policies = [policy] if single_policy else list(policy)
+    single_size = isinstance(sizes, (int, float, str))
+    size_list = [sizes] if single_size else list(sizes)
+    _, _, rows = _simulate(
+        _trace_arg(trace),
+        policies,
+        [_size_arg(s) for s in size_list],
+        format,
+        column,
+        threads,
+    )
+    if details:
+        return rows
+    n = len(size_list)
+    by_policy = {p: [r["miss_ratio"] for r in rows[k * n : (k + 1) * n]] for k, p in enumerate(policies)}
+    if single_policy:
+        ratios = by_policy[policies[0]]
+        return ratios[0] if single_size else ratios
+    return by_policy
+
+
+class SimCache:
+    """A simulated cache of `cache_size` objects (an int, or a float fraction of the trace's
+    distinct ids) run by ucache policy `policy`, with libCacheSim's ``process_trace``."""
+
+    policy = "clock"
+
+    def __init__(self, cache_size: Union[int, float], policy: str | None = None) -> None:
+        self.cache_size = cache_size
+        if policy is not None:
+            self.policy = policy
+
+    def process_trace(
+        self, trace: Any, start_req: int = 0, max_req: int = -1, *, format: str = "text"
+    ) -> tuple[float, float]:
+        """(miss_ratio, byte_miss_ratio) over the trace; every object is one buffer, so the
+        two are equal. `start_req` and `max_req` slice an in-memory trace."""
+        if start_req or max_req >= 0:
+            if isinstance(trace, (str, os.PathLike)):
+                raise ValueError("start_req and max_req apply to in-memory traces only")
+            end = None if max_req < 0 else start_req + max_req
+            trace = trace[start_req:end]
+        r = simulate(trace, self.policy, self.cache_size, format=format)
+        return r, r
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(cache_size={self.cache_size!r})"
+
+
+def _policy_class(name: str, policy: str) -> type:
+    return type(name, (SimCache,), {"policy": policy, "__doc__": f"ucache's {policy} policy."})
+
+
+# libCacheSim's class names for the policies ucache has.
+LRU = _policy_class("LRU", "lru")
+FIFO = _policy_class("FIFO", "fifo")
+Clock = _policy_class("Clock", "clock")
+Sieve = _policy_class("Sieve", "sieve")
+S3FIFO = _policy_class("S3FIFO", "s3fifo")
+LFU = _policy_class("LFU", "lfu")
+TwoQ = _policy_class("TwoQ", "2q")
+ARC = _policy_class("ARC", "arc")
+LIRS = _policy_class("LIRS", "lirs")
+WTinyLFU = _policy_class("WTinyLFU", "w-tinylfu")
+LHD = _policy_class("LHD", "lhd")
+
+__all__ = ["simulate", "SimCache", "LRU", "FIFO", "Clock", "Sieve", "S3FIFO", "LFU", "TwoQ", "ARC", "LIRS", "WTinyLFU", "LHD"]

@@ -1,0 +1,194 @@
+//! `ucache.Cache`: a memory budget, the `map` call that puts files and S3 objects behind it,
+//! and its statistics.
+
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use ucache_core::policy::{policy_by_name, POLICY_NAMES};
+use ucache_core::{Cache as CoreCache, CacheOptions, MapOptions};
+
+use crate::errors::{raise, IntoPy, Kind};
+use crate::mapping::Mapping;
+use crate::size::Size;
+use crate::stats::stats_dict;
+use crate::store::{locate, S3Options};
+
+/// Buffer size of S3 mappings when none is given: each miss is a ranged GET, so buffers much
+/// smaller than this pay a round trip for a few KiB.
+const S3_DEFAULT_BUFFER: u64 = 1 << 20;
+
+/// A memory budget shared by mappings.
+#[pyclass(frozen, module = "ucache")]
+pub struct Cache {
+    inner: CoreCache,
+}
+
+#[pymethods]
+impl Cache {
+    /// `memory`: the budget (int bytes or "1GiB"); `batch` buffers or `batch_bytes` evicted per
+    /// round; `io_threads` for prefetch and write-back; `budget_wait` seconds a load waits for
+    /// memory when nothing is evictable before raising `BudgetExhausted`.
+    #[new]
+    #[pyo3(signature = (memory = Size(1 << 30), *, batch = None, batch_bytes = None,
+        io_threads = None, background_eviction = true, budget_wait = None,
+        profile_faults = false))]
+    fn new(
+        memory: Size,
+        batch: Option<usize>,
+        batch_bytes: Option<Size>,
+        io_threads: Option<usize>,
+        background_eviction: bool,
+        budget_wait: Option<f64>,
+        profile_faults: bool,
+    ) -> PyResult<Self> {
+        let mut o = CacheOptions::new(memory.0)
+            .background_eviction(background_eviction)
+            .profile_faults(profile_faults);
+        if batch.is_some() && batch_bytes.is_some() {
+            return Err(raise(
+                Kind::InvalidArgument,
+                "give batch (buffers) or batch_bytes, not both",
+            ));
+        }
+        if let Some(b) = batch {
+            o = o.batch(b);
+        }
+        if let Some(b) = batch_bytes {
+            o = o.batch_bytes(b.0);
+        }
+        if let Some(n) = io_threads {
+            o = o.io_threads(n);
+        }
+        if let Some(s) = budget_wait {
+            let d = Duration::try_from_secs_f64(s).map_err(|_| {
+                raise(
+                    Kind::InvalidArgument,
+                    format!("budget_wait {s} is not a number of seconds"),
+                )
+            })?;
+            o = o.budget_wait(d);
+        }
+        Ok(Cache {
+            inner: CoreCache::new(o).py_err()?,
+        })
+    }
+
+    /// The budget in bytes.
+    #[getter]
+    fn memory(&self) -> u64 {
+        self.inner.budget()
+    }
+
+    /// Bytes of buffers resident now, across mappings.
+    #[getter]
+    fn used(&self) -> u64 {
+        self.inner.used()
+    }
+
+    /// Maps a local path or an `s3://bucket/key` URL. See the type stubs for every option.
+    #[pyo3(signature = (path, *, buffer_size = None, writable = None, create = false,
+        length = None, offset = 0, transparent = false, policy = None, readahead = true,
+        track_access = false, weight = 1, endpoint = None, access_key = None,
+        secret_key = None, session_token = None, region = None, allow_http = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn map(
+        &self,
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        buffer_size: Option<Size>,
+        writable: Option<bool>,
+        create: bool,
+        length: Option<Size>,
+        offset: u64,
+        transparent: bool,
+        policy: Option<String>,
+        readahead: bool,
+        track_access: bool,
+        weight: u32,
+        endpoint: Option<String>,
+        access_key: Option<String>,
+        secret_key: Option<String>,
+        session_token: Option<String>,
+        region: Option<String>,
+        allow_http: Option<bool>,
+    ) -> PyResult<Mapping> {
+        // str or os.PathLike, as open() takes.
+        let url: String = py
+            .import("os")?
+            .getattr("fspath")?
+            .call1((path,))?
+            .extract()
+            .map_err(|_| raise(Kind::InvalidArgument, "path must be a str or os.PathLike"))?;
+        let s3 = S3Options {
+            endpoint,
+            access_key,
+            secret_key,
+            session_token,
+            region,
+            allow_http,
+        };
+        let will_write = writable.unwrap_or(create);
+        let mut o = MapOptions::new()
+            .offset(offset)
+            .create(create)
+            .transparent(transparent)
+            .readahead(readahead)
+            .track_access(track_access)
+            .weight(weight);
+        if let Some(w) = writable {
+            o = o.writable(w);
+        }
+        if let Some(l) = length {
+            o = o.len(l.0);
+        }
+        if let Some(name) = &policy {
+            let p = policy_by_name(name).ok_or_else(|| {
+                raise(
+                    Kind::InvalidArgument,
+                    format!(
+                        "unknown policy '{name}' (known: {})",
+                        POLICY_NAMES.join(", ")
+                    ),
+                )
+            })?;
+            o = o.policy(p);
+        }
+        let inner = &self.inner;
+        let budget = inner.budget();
+        let (mapping, name) = py
+            .detach(|| -> ucache_core::Result<_> {
+                let at = locate(&url, &s3, will_write)?;
+                let bs = match buffer_size {
+                    Some(b) => b.0,
+                    None if at.remote => S3_DEFAULT_BUFFER,
+                    None => 4096,
+                };
+                let bs = usize::try_from(bs)
+                    .map_err(|_| ucache_core::Error::BadBufferSize(usize::MAX))?;
+                let m = inner.map(at.store, &at.name, o.buffer_size(bs))?;
+                Ok((m, at.name))
+            })
+            .py_err()?;
+        Ok(Mapping::new(mapping, name, budget))
+    }
+
+    /// The cache's counters as a dict (hits, misses, evictions, bytes_read, ...), plus
+    /// `memory` (the budget) and `used` (bytes resident).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = stats_dict(py, &self.inner.stats())?;
+        d.set_item("memory", self.inner.budget())?;
+        d.set_item("used", self.inner.used())?;
+        Ok(d)
+    }
+
+    /// Names the object's address: fsspec tells filesystem instances apart by the repr of
+    /// their arguments, so two caches of the same size must not look alike.
+    fn __repr__(&self) -> String {
+        format!(
+            "<ucache.Cache at {:#x} memory={}>",
+            self as *const Self as usize,
+            self.inner.budget()
+        )
+    }
+}

@@ -1,0 +1,364 @@
+//! `ucache.Mapping`: one mapped object, its explicit primitives, and (when transparent) its
+//! memory as a zero-copy buffer.
+//!
+//! The core mapping sits in an `Arc` so that pins and calls in progress keep it alive without
+//! holding a lock while the GIL is released; `close` unmaps only when it holds the last
+//! reference and no buffer export is alive, so no pointer handed to Python can outlive the
+//! memory it points to.
+
+use std::ffi::c_int;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use ucache_core::Mapping as CoreMapping;
+
+use crate::buffer::Exports;
+use crate::errors::{raise, IntoPy, Kind};
+use crate::pin::Pin;
+
+/// A mapped object (see `Cache.map`).
+#[pyclass(frozen, module = "ucache")]
+pub struct Mapping {
+    /// `None` once closed.
+    inner: RwLock<Option<Arc<CoreMapping>>>,
+    exports: Exports,
+    name: String,
+    /// Largest range `read` brings in with one batch: a quarter of the cache's budget, so a
+    /// large read streams through the cache instead of evicting its own first part.
+    read_chunk: u64,
+}
+
+impl Mapping {
+    pub fn new(inner: CoreMapping, name: String, budget: u64) -> Self {
+        let read_chunk = (budget / 4).max(inner.buffer_size() as u64);
+        Mapping {
+            inner: RwLock::new(Some(Arc::new(inner))),
+            exports: Exports::default(),
+            name,
+            read_chunk,
+        }
+    }
+
+    /// The core mapping, or `Closed`.
+    fn get(&self) -> PyResult<Arc<CoreMapping>> {
+        self.inner.read().clone().ok_or_else(|| closed(&self.name))
+    }
+}
+
+fn closed(name: &str) -> PyErr {
+    raise(Kind::Closed, format!("mapping of '{name}' is closed"))
+}
+
+/// `[offset, offset + length)` checked against the mapping; `length` defaults to the rest.
+fn range(m: &CoreMapping, offset: u64, length: Option<u64>) -> PyResult<(u64, u64)> {
+    let len = m.len();
+    let out = |what: String| raise(Kind::OutOfRange, what);
+    if offset > len {
+        return Err(out(format!(
+            "offset {offset} is past the end of the mapping ({len} bytes)"
+        )));
+    }
+    let n = length.unwrap_or(len - offset);
+    if n > len - offset {
+        return Err(out(format!(
+            "range of {n} bytes at offset {offset} exceeds the mapping ({len} bytes)"
+        )));
+    }
+    Ok((offset, n))
+}
+
+/// Copies `buf.len()` bytes at `offset` into `buf`, `chunk` bytes at a time, each chunk's
+/// missing buffers loaded in one batch first (many reads in flight on S3) rather than one by
+/// one as `Mapping::read` alone would.
+fn read_into(m: &CoreMapping, offset: u64, buf: &mut [u8], chunk: u64) -> ucache_core::Result<()> {
+    let mut done = 0usize;
+    while done < buf.len() {
+        let n = (buf.len() - done).min(chunk as usize);
+        let at = offset + done as u64;
+        m.ensure_cached(at, n as u64)?;
+        m.read(at, &mut buf[done..done + n])?;
+        done += n;
+    }
+    Ok(())
+}
+
+/// Copies `data` to `offset` through exclusive pins, one buffer at a time.
+fn write_from(m: &CoreMapping, offset: u64, data: &[u8]) -> ucache_core::Result<()> {
+    let bs = m.buffer_size() as u64;
+    let mut done = 0usize;
+    while done < data.len() {
+        let at = offset + done as u64;
+        let index = at / bs;
+        let within = (at % bs) as usize;
+        let mut g = m.pin_exclusive(index)?;
+        let n = (g.len() - within).min(data.len() - done);
+        g[within..within + n].copy_from_slice(&data[done..done + n]);
+        done += n;
+    }
+    Ok(())
+}
+
+#[pymethods]
+impl Mapping {
+    /// Mapped bytes.
+    fn __len__(&self) -> PyResult<usize> {
+        Ok(self.get()?.len() as usize)
+    }
+    #[getter]
+    fn size(&self) -> PyResult<u64> {
+        Ok(self.get()?.len())
+    }
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+    #[getter]
+    fn buffer_size(&self) -> PyResult<usize> {
+        Ok(self.get()?.buffer_size())
+    }
+    /// Number of buffers (the last may be partial).
+    #[getter]
+    fn buffers(&self) -> PyResult<u64> {
+        Ok(self.get()?.buffers())
+    }
+    /// Buffers resident now.
+    #[getter]
+    fn resident(&self) -> PyResult<u64> {
+        Ok(self.get()?.resident())
+    }
+    #[getter]
+    fn writable(&self) -> PyResult<bool> {
+        Ok(self.get()?.is_writable())
+    }
+    #[getter]
+    fn transparent(&self) -> PyResult<bool> {
+        Ok(self.get()?.is_transparent())
+    }
+    #[getter]
+    fn policy(&self) -> PyResult<String> {
+        Ok(self.get()?.policy_name().to_string())
+    }
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.read().is_none()
+    }
+    /// Whether buffer `index` is resident now (for diagnostics and tests).
+    fn is_resident(&self, index: u64) -> PyResult<bool> {
+        let m = self.get()?;
+        match m.state(index) {
+            Some(w) => Ok(w.phase() == ucache_core::state::Phase::Cached),
+            None => Err(raise(
+                Kind::OutOfRange,
+                format!("buffer {index} is past the last buffer ({})", m.buffers()),
+            )),
+        }
+    }
+    /// The buffer holding byte `offset`.
+    fn buffer_of(&self, offset: u64) -> PyResult<u64> {
+        let m = self.get()?;
+        range(&m, offset, Some(0))?;
+        Ok(m.buffer_of(offset))
+    }
+
+    /// Brings the buffers overlapping the range into memory (one batch of reads).
+    #[pyo3(signature = (offset = 0, length = None))]
+    fn ensure_cached(&self, py: Python<'_>, offset: u64, length: Option<u64>) -> PyResult<()> {
+        let m = self.get()?;
+        let (o, n) = range(&m, offset, length)?;
+        py.detach(|| m.ensure_cached(o, n)).py_err()
+    }
+
+    /// Starts loading the buffers overlapping the range in the background.
+    #[pyo3(signature = (offset = 0, length = None))]
+    fn prefetch(&self, py: Python<'_>, offset: u64, length: Option<u64>) -> PyResult<()> {
+        let m = self.get()?;
+        let (o, n) = range(&m, offset, length)?;
+        py.detach(|| m.prefetch(o, n)).py_err()
+    }
+
+    /// Evicts the unpinned buffers overlapping the range, writing dirty ones back first.
+    #[pyo3(signature = (offset = 0, length = None))]
+    fn evict(&self, py: Python<'_>, offset: u64, length: Option<u64>) -> PyResult<()> {
+        let m = self.get()?;
+        let (o, n) = range(&m, offset, length)?;
+        py.detach(|| m.evict(o, n)).py_err()
+    }
+
+    /// Starts writing back the dirty buffers overlapping the range.
+    #[pyo3(signature = (offset = 0, length = None))]
+    fn writeback(&self, py: Python<'_>, offset: u64, length: Option<u64>) -> PyResult<()> {
+        let m = self.get()?;
+        let (o, n) = range(&m, offset, length)?;
+        py.detach(|| m.writeback(o, n)).py_err()
+    }
+
+    /// Writes back the dirty buffers overlapping the range and makes them durable.
+    #[pyo3(signature = (offset = 0, length = None))]
+    fn msync(&self, py: Python<'_>, offset: u64, length: Option<u64>) -> PyResult<()> {
+        let m = self.get()?;
+        let (o, n) = range(&m, offset, length)?;
+        py.detach(|| m.msync(o, n)).py_err()
+    }
+
+    /// Lifts the poison of a failed sync; returns the failure it cleared, if any.
+    fn clear_sync_failure(&self) -> PyResult<Option<String>> {
+        Ok(self.get()?.clear_sync_failure())
+    }
+
+    /// `n` bytes at `offset` (default: to the end), copied through the cache.
+    #[pyo3(signature = (offset = 0, n = None))]
+    fn read<'py>(
+        &self,
+        py: Python<'py>,
+        offset: u64,
+        n: Option<u64>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let m = self.get()?;
+        let (o, n) = range(&m, offset, n)?;
+        let chunk = self.read_chunk;
+        PyBytes::new_with(py, n as usize, |buf| {
+            py.detach(|| read_into(&m, o, buf, chunk)).py_err()
+        })
+    }
+
+    /// Copies `data` (any bytes-like object) to `offset` through exclusive pins.
+    fn write(&self, py: Python<'_>, offset: u64, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let m = self.get()?;
+        let bytes = PyBuffer::<u8>::get(data)?.to_vec(py)?;
+        range(&m, offset, Some(bytes.len() as u64))?;
+        py.detach(|| write_from(&m, offset, &bytes)).py_err()
+    }
+
+    /// Pins buffer `index` (shared, or exclusive for writing). Use as a context manager:
+    /// `with m.pin(i) as view:` gives a memoryview of the buffer, released after the block.
+    #[pyo3(signature = (index, exclusive = false))]
+    fn pin(&self, py: Python<'_>, index: u64, exclusive: bool) -> PyResult<Pin> {
+        let m = self.get()?;
+        if index >= m.buffers() {
+            return Err(raise(
+                Kind::OutOfRange,
+                format!("buffer {index} is past the last buffer ({})", m.buffers()),
+            ));
+        }
+        Pin::new(py, m, &self.name, index, exclusive)
+    }
+
+    /// Writes back everything and unmaps. Refused (`InUse`) while pins or views of the
+    /// memory are alive; a failed write-back leaves the mapping open, dirty data included.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = {
+            let mut g = self.inner.write();
+            let Some(arc) = g.take() else {
+                return Ok(());
+            };
+            let views = self.exports.count();
+            if views > 0 {
+                *g = Some(arc);
+                return Err(raise(
+                    Kind::InUse,
+                    format!(
+                        "mapping of '{}' has {views} live view(s) of its memory (memoryviews, \
+                         numpy arrays): release them before closing",
+                        self.name
+                    ),
+                ));
+            }
+            match Arc::try_unwrap(arc) {
+                Ok(m) => m,
+                Err(arc) => {
+                    let users = Arc::strong_count(&arc) - 1;
+                    *g = Some(arc);
+                    return Err(raise(
+                        Kind::InUse,
+                        format!(
+                            "mapping of '{}' has {users} pin(s) or call(s) in progress: \
+                             release the pins before closing",
+                            self.name
+                        ),
+                    ));
+                }
+            }
+        };
+        match py.detach(|| taken.unmap()) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let err = crate::errors::to_py(e.error);
+                *self.inner.write() = Some(Arc::new(e.mapping));
+                Err(err)
+            }
+        }
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _ty: &Bound<'_, PyAny>,
+        _value: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        match &*self.inner.read() {
+            Some(m) => format!(
+                "<ucache.Mapping '{}' {} bytes, buffers of {}, {}{}{}>",
+                self.name,
+                m.len(),
+                m.buffer_size(),
+                if m.is_writable() {
+                    "writable"
+                } else {
+                    "read-only"
+                },
+                if m.is_transparent() {
+                    ", transparent"
+                } else {
+                    ""
+                },
+                format_args!(", policy {}", m.policy_name()),
+            ),
+            None => format!("<ucache.Mapping '{}' closed>", self.name),
+        }
+    }
+
+    /// A transparent mapping's memory, zero-copy; writable when the mapping is.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let this = slf.get();
+        let g = this.inner.read();
+        let m = g.as_ref().ok_or_else(|| closed(&this.name))?;
+        if !m.is_transparent() {
+            return Err(PyBufferError::new_err(format!(
+                "mapping of '{}' is not transparent: map it with transparent=True to use its \
+                 memory directly, or use pin() or read()",
+                this.name
+            )));
+        }
+        let (ptr, len, writable) = (m.as_mut_ptr(), m.len() as usize, m.is_writable());
+        // SAFETY: the mapping is alive (we hold the lock that `close` needs) and `close`
+        // refuses to unmap while this export is counted; loads and stores to a transparent
+        // mapping are served by its fault handler, so any byte of it may be touched.
+        unsafe {
+            this.exports
+                .export(slf.clone().into_any(), view, flags, ptr, len, writable)
+        }
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
+        self.exports.release();
+    }
+}

@@ -1,0 +1,121 @@
+"""The ``ucache`` fsspec filesystem against fsspec's expectations of a read-only filesystem."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import fsspec
+import pytest
+
+import ucache
+from ucache.filesystem import UcacheFileSystem
+
+
+@pytest.fixture
+def fs() -> UcacheFileSystem:
+    return UcacheFileSystem(cache=ucache.Cache("8MiB"), buffer_size="16KiB")
+
+
+def test_protocol_is_registered():
+    assert fsspec.get_filesystem_class("ucache") is UcacheFileSystem
+
+
+def test_paths_and_info(fs, data_file: Path):
+    n = data_file.stat().st_size
+    for spelled in [str(data_file), f"ucache://{data_file}", f"file://{data_file}"]:
+        assert fs.info(spelled)["size"] == n
+        assert fs.size(spelled) == n
+        assert fs.exists(spelled) and fs.isfile(spelled)
+    assert fs.isdir(str(data_file.parent))
+    assert fs.ls(str(data_file.parent), detail=False) == [str(data_file)]
+    assert fs.glob(f"{data_file.parent}/*.bin") == [str(data_file)]
+    assert not fs.exists(str(data_file) + ".nope")
+
+
+def test_cat_file_and_ranges_follow_fsspec_conventions(fs, data_file: Path):
+    want = data_file.read_bytes()
+    p = str(data_file)
+    assert fs.cat_file(p) == want
+    assert fs.cat_file(p, 10, 20) == want[10:20]
+    assert fs.cat_file(p, -10) == want[-10:]
+    assert fs.cat_file(p, 5, -5) == want[5:-5]
+    assert fs.cat_file(p, len(want) - 3, len(want) + 100) == want[-3:]
+    assert fs.cat_file(p, 50, 10) == b""
+    got = fs.cat_ranges([p, p, p], [0, 4090, 100_000], [8, 4200, 100_016])
+    assert got == [want[0:8], want[4090:4200], want[100_000:100_016]]
+    bad = fs.cat_ranges([p + ".missing"], [0], [1])
+    assert isinstance(bad[0], FileNotFoundError)
+    with pytest.raises(FileNotFoundError):
+        fs.cat_ranges([p + ".missing"], [0], [1], on_error="raise")
+
+
+def test_file_objects_read_seek_tell(fs, data_file: Path):
+    want = data_file.read_bytes()
+    with fs.open(str(data_file), "rb") as f:
+        assert f.size == len(want) and f.readable() and f.seekable() and not f.writable()
+        assert f.read(5) == want[:5] and f.tell() == 5
+        assert f.seek(4000) == 4000 and f.read(200) == want[4000:4200]
+        assert f.seek(-7, io.SEEK_END) == len(want) - 7 and f.read() == want[-7:]
+        assert f.read(10) == b""
+        f.seek(-5, io.SEEK_CUR)
+        assert f.tell() == len(want) - 5
+        buf = bytearray(16)
+        f.seek(100)
+        assert f.readinto(buf) == 16 and bytes(buf) == want[100:116]
+    with fsspec.open(f"ucache://{data_file}", "rb", memory="4MiB") as f:
+        assert f.read() == want
+
+
+def test_reads_go_through_ucache_without_over_reading(fs, data_file: Path):
+    """A 10-byte read loads the one 16 KiB buffer that holds it, and nothing else: no block
+    cache of fsspec's asks for more."""
+    s0 = fs.cache.stats()
+    with fs.open(str(data_file)) as f:
+        f.seek(20_000)
+        f.read(10)
+    s = fs.cache.stats()
+    assert s["bytes_read"] - s0["bytes_read"] == 16 * 1024
+    assert s["misses"] - s0["misses"] == 1
+    with fs.open(str(data_file)) as f:
+        f.seek(20_004)
+        f.read(10)
+    assert fs.cache.stats()["hits"] > s["hits"]
+    assert fs.cache.stats()["bytes_read"] == s["bytes_read"]
+
+
+def test_empty_file(fs, tmp_path: Path):
+    p = tmp_path / "empty"
+    p.write_bytes(b"")
+    assert fs.cat_file(str(p)) == b""
+    with fs.open(str(p)) as f:
+        assert f.read() == b"" and f.size == 0
+
+
+def test_read_only(fs, data_file: Path):
+    for call in [
+        lambda: fs.open(str(data_file), "wb"),
+        lambda: fs.rm(str(data_file)),
+        lambda: fs.pipe_file(str(data_file), b"x"),
+        lambda: fs.mkdir(str(data_file.parent / "d")),
+    ]:
+        with pytest.raises(PermissionError):
+            call()
+    assert data_file.exists()
+
+
+def test_s3_objects(s3_env, s3fs_client, s3_prefix, data_file: Path):
+    key = f"{s3_prefix}/fsspec/data.bin"
+    s3fs_client.put(str(data_file), key)
+    want = data_file.read_bytes()
+    fs = UcacheFileSystem(cache=ucache.Cache("8MiB"), buffer_size="64KiB", endpoint=s3_env["endpoint"])
+    url = f"s3://{key}"
+    assert fs.size(url) == len(want) == fs.info(f"ucache://{url}")["size"]
+    assert fs.cat_file(url, 70_000, 70_100) == want[70_000:70_100]
+    assert fs.cat_ranges([url, url], [0, 200_000], [4, 200_050]) == [want[:4], want[200_000:200_050]]
+    assert fs.ls(f"s3://{s3_prefix}/fsspec", detail=False) == [url]
+    with fs.open(url) as f:
+        f.seek(-100, io.SEEK_END)
+        assert f.read() == want[-100:]
+    with fsspec.open(f"ucache::{url}", "rb", ucache={"memory": "8MiB"}, s3={"endpoint_url": s3_env["endpoint"]}) as f:
+        assert f.read(6) == want[:6]

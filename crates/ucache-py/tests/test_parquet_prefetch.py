@@ -1,0 +1,92 @@
+"""The Parquet-aware prefetcher prefetches the next row groups of the columns being read, and
+never a chunk of a column nobody reads."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+import ucache  # noqa: E402
+from ucache.filesystem import UcacheFileSystem  # noqa: E402
+from ucache.parquet import ParquetPrefetcher  # noqa: E402
+
+
+@pytest.fixture
+def parquet_file(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(1)
+    n = 8 * 16_384
+    p = tmp_path / "t.parquet"
+    t = pa.table({c: rng.integers(0, 1 << 62, n) for c in ["a", "b", "c"]})
+    pq.write_table(t, p, row_group_size=16_384, compression="none", use_dictionary=False)
+    return p
+
+
+def buffers_of(m, start: int, end: int) -> range:
+    """The buffers lying wholly inside ``[start, end)``."""
+    bs = m.buffer_size
+    return range((start + bs - 1) // bs, end // bs)
+
+
+def wait_until(cond, what: str) -> None:
+    """Waits for background prefetches (a watchdog, not a timing)."""
+    deadline = time.monotonic() + 60
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_prefetches_only_the_columns_being_read(parquet_file: Path):
+    fs = UcacheFileSystem(cache=ucache.Cache("64MiB"), buffer_size="4KiB", parquet_prefetch=2)
+    path = str(parquet_file)
+    with fs.open(path) as f:
+        got = pq.ParquetFile(f).read_row_group(0, columns=["a"])
+    assert got.equals(pq.read_table(parquet_file, columns=["a"]).slice(0, 16_384))
+    m = fs.mapping(path)
+    layout: ParquetPrefetcher = fs.prefetcher(path)
+    assert layout is not None and len(layout.chunks) == 8
+    # Column a of row groups 1 and 2 arrive in the background...
+    for r in (1, 2):
+        s, e = layout.chunks[r][0]
+        wait_until(lambda: all(m.is_resident(i) for i in buffers_of(m, s, e)), f"row group {r}")
+    assert fs.cache.stats()["prefetches"] > 0
+    # ...and nothing of b and c, nor of column a further ahead. (pyarrow itself reads the
+    # last 64 KiB of the file to find the footer in one request: those buffers are its.)
+    tail = (m.size - 65536) // m.buffer_size
+    for r in range(8):
+        for c in (1, 2):
+            s, e = layout.chunks[r][c]
+            assert not any(m.is_resident(i) for i in buffers_of(m, s, e) if i < tail), (r, c)
+    s, e = layout.chunks[4][0]
+    assert not any(m.is_resident(i) for i in buffers_of(m, s, e))
+
+
+def test_whole_column_scan_reads_about_the_columns_bytes(parquet_file: Path):
+    """Reading one column of every row group with the prefetcher on loads about that column's
+    bytes: the prefetches are used, not wasted on other columns."""
+    fs = UcacheFileSystem(cache=ucache.Cache("64MiB"), buffer_size="4KiB", parquet_prefetch=2)
+    path = str(parquet_file)
+    with fs.open(path) as f:
+        t = pq.read_table(f, columns=["b"])
+    assert t.equals(pq.read_table(parquet_file, columns=["b"]))
+    meta = pq.read_metadata(parquet_file)
+    col_bytes = sum(meta.row_group(r).column(1).total_compressed_size for r in range(meta.num_row_groups))
+    s = fs.cache.stats()
+    # Chunks are not buffer-aligned (a buffer more at each end), and pyarrow reads the last
+    # 64 KiB of the file to find the footer.
+    slack = 2 * meta.num_row_groups * 4096 + 65536 + 4096
+    assert col_bytes <= s["bytes_read"] <= col_bytes + slack
+    assert s["prefetches"] > 0
+
+
+def test_not_parquet_is_left_alone(data_file: Path, tmp_path: Path):
+    p = tmp_path / "fake.parquet"
+    p.write_bytes(data_file.read_bytes())
+    fs = UcacheFileSystem(cache=ucache.Cache("8MiB"), parquet_prefetch=2)
+    assert fs.prefetcher(str(p)) is None
+    assert fs.cat_file(str(p), 0, 10) == data_file.read_bytes()[:10]
