@@ -242,3 +242,104 @@ fn pin_each_races_pins_within_a_one_buffer_budget() {
         assert!(cache.used() <= cache.budget());
     });
 }
+
+/// A mapping of `n` buffers (first byte: the index) over a store that fails on demand.
+fn setup_faulty(
+    n: usize,
+) -> (
+    MemoryStore,
+    Arc<ucache::store::FaultConfig>,
+    Cache,
+    Arc<ucache::Mapping>,
+) {
+    let store = MemoryStore::new();
+    store.insert("o", (0..n * BS).map(|i| (i / BS) as u8).collect());
+    let faults = ucache::store::FaultStore::new(Arc::new(store.clone()));
+    let config = faults.config().clone();
+    let cache = Cache::new(CacheOptions::new(BS as u64).batch(1)).unwrap();
+    let m = cache
+        .map(Arc::new(faults), "o", MapOptions::new().writable(true))
+        .unwrap();
+    (store, config, cache, Arc::new(m))
+}
+
+/// msync racing an exclusive writer and a store whose writes fail for a while: an msync that
+/// returns Ok has made durable everything written before it began, the writer's update is
+/// never lost, and once the store works again one msync leaves nothing dirty.
+#[test]
+fn msync_against_an_exclusive_pin_and_a_failing_write_back() {
+    use std::sync::atomic::Ordering::Relaxed;
+    check(|| {
+        let (store, config, _, m) = setup_faulty(2);
+        m.pin_exclusive(0).unwrap()[1] = 1;
+        let syncer = {
+            let (m, store) = (m.clone(), store.clone());
+            thread::spawn(move || {
+                if m.msync(0, m.len()).is_ok() {
+                    assert!(store.get("o").unwrap()[1] >= 1, "Ok before durable");
+                }
+            })
+        };
+        let writer = {
+            let (m, store) = (m.clone(), store.clone());
+            thread::spawn(move || {
+                m.pin_exclusive(0).unwrap()[1] = 2;
+                if m.msync(0, m.len()).is_ok() {
+                    assert_eq!(store.get("o").unwrap()[1], 2, "Ok before durable");
+                }
+            })
+        };
+        let outage = {
+            let config = config.clone();
+            thread::spawn(move || {
+                config.fail_writes.store(true, Relaxed);
+                thread::yield_now();
+                config.fail_writes.store(false, Relaxed);
+            })
+        };
+        for t in [syncer, writer, outage] {
+            t.join().unwrap();
+        }
+        m.msync(0, m.len()).unwrap();
+        assert_eq!(store.get("o").unwrap()[1], 2, "lost update");
+        assert!(!m.state(0).unwrap().dirty());
+    });
+}
+
+/// Loads that fail while other threads wait on the same buffer: every waiter gets an error
+/// or the right bytes, the buffer never stays `Loading`, the budget of a failed load comes
+/// back, and the next pin after the store recovers loads it.
+#[test]
+fn a_failed_load_with_waiters_strands_nothing() {
+    use std::sync::atomic::Ordering::Relaxed;
+    check(|| {
+        let (_, config, cache, m) = setup_faulty(2);
+        config.fail_reads.store(true, Relaxed);
+        let pinners: Vec<_> = (0..2)
+            .map(|_| {
+                let m = m.clone();
+                thread::spawn(move || {
+                    if let Ok(g) = m.pin_shared(1) {
+                        assert_eq!((g[0], g[BS - 1]), (1, 1));
+                    }
+                })
+            })
+            .collect();
+        let recovery = {
+            let config = config.clone();
+            thread::spawn(move || config.fail_reads.store(false, Relaxed))
+        };
+        pinners.into_iter().for_each(|t| t.join().unwrap());
+        recovery.join().unwrap();
+        let phase = m.state(1).unwrap().phase();
+        assert!(
+            matches!(
+                phase,
+                ucache::state::Phase::Cached | ucache::state::Phase::Evicted
+            ),
+            "{phase:?}"
+        );
+        assert_eq!(cache.used(), m.resident() * BS as u64);
+        assert_eq!(m.pin_shared(1).unwrap()[0], 1);
+    });
+}
