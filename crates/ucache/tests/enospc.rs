@@ -139,7 +139,10 @@ impl Mount {
         std::fs::remove_file(self.path("filler")).unwrap();
         let d = std::fs::File::open(&self.mnt).unwrap();
         // SAFETY: a valid descriptor.
-        assert_eq!(unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&d)) }, 0);
+        assert_eq!(
+            unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&d)) },
+            0
+        );
     }
 }
 
@@ -250,7 +253,11 @@ fn assert_kept(m: &Mapping, what: &str) {
             w.dirty() || w.writing(),
             "{what}: buffer {i} lost its dirty bit: {w:?}"
         );
-        assert_eq!(w.phase(), ucache::state::Phase::Cached, "{what}: buffer {i}");
+        assert_eq!(
+            w.phase(),
+            ucache::state::Phase::Cached,
+            "{what}: buffer {i}"
+        );
     }
 }
 
@@ -326,7 +333,10 @@ fn explicit(fs: Fs) {
         m.msync(0, m.len()).unwrap();
         let verified = verify_file(&path, &(0..BUDGET).collect::<Vec<_>>(), &what);
         // The miss that failed is served now (by evicting clean buffers).
-        assert!(m.pin_shared(MISS).unwrap().iter().all(|&b| b == 0), "{what}");
+        assert!(
+            m.pin_shared(MISS).unwrap().iter().all(|&b| b == 0),
+            "{what}"
+        );
         m.unmap().unwrap();
         report(&what, filled, BUDGET * BS as u64, verified, &errors, &c);
         std::fs::remove_file(&path).unwrap();
@@ -515,10 +525,7 @@ fn ext4_transparent_without_a_hook_raises_sigbus() {
 #[test]
 fn a_miss_behind_unwritable_dirty_data_names_the_write_failure() {
     within("a miss behind unwritable dirty data", || {
-        for (what, opts) in [
-            ("plain", MapOptions::new()),
-            ("tracked", common::tracked()),
-        ] {
+        for (what, opts) in [("plain", MapOptions::new()), ("tracked", common::tracked())] {
             let mem = common::pattern_store("o", LEN as usize);
             let store = ucache::store::FaultStore::new(mem.clone());
             let fail = store.config().clone();
