@@ -512,6 +512,11 @@ fn ext4_transparent_without_a_hook_raises_sigbus() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{:?}", out.status);
+    eprintln!(
+        "child ended by {:?}; its stderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
     // The child's dirty data died with it, as under mmap; the file holds no torn buffer.
     let size = std::fs::metadata(mount.path("child")).unwrap().size();
     assert_eq!(size, LEN * BS as u64);
