@@ -89,7 +89,9 @@ impl CacheOptions {
     }
     /// How long a load that needs memory waits when nothing can be evicted (every resident
     /// buffer pinned, loading, or vetoed by its policy) before it fails with
-    /// [`Error::BudgetExhausted`] (default [`DEFAULT_BUDGET_WAIT`], 5 s). The wait restarts
+    /// [`Error::BudgetExhausted`] (default [`DEFAULT_BUDGET_WAIT`], 5 s), or with
+    /// [`Error::WritebackFailed`] where what kept memory from being freed was dirty buffers
+    /// whose write-backs failed (a full disk, a store that is down). The wait restarts
     /// whenever an eviction frees something; each load that has to wait at all counts once
     /// in the `budget_stalls` statistic. A program whose pins are short can shorten it to
     /// learn of a leaked pin sooner; one that holds many pins across slow work can lengthen it.
@@ -425,8 +427,12 @@ impl CacheCore {
         });
     }
 
-    /// Reserves `bytes` of the budget, evicting as needed.
+    /// Reserves `bytes` of the budget, evicting as needed. If nothing could be freed for
+    /// `budget_wait` and the rounds met write-backs that failed, the last such failure is the
+    /// error ([`Error::WritebackFailed`]: those buffers stay dirty and resident); otherwise
+    /// [`Error::BudgetExhausted`].
     pub(crate) fn reserve(&self, bytes: u64) -> Result<()> {
+        take_writeback_failure();
         let mut stuck_since: Option<Instant> = None;
         let mut stalled = false;
         let mut spins = 0u32;
@@ -452,6 +458,14 @@ impl CacheCore {
             }
             let since = *stuck_since.get_or_insert_with(Instant::now);
             if since.elapsed() > self.budget_wait {
+                // Dirty buffers that could not be written back (ENOSPC, a store that is down)
+                // are the cause to report, not the full budget they hold.
+                if let Some((failed, first)) = take_writeback_failure() {
+                    return Err(Error::WritebackFailed {
+                        failed,
+                        first: Box::new(first),
+                    });
+                }
                 return Err(Error::BudgetExhausted {
                     used: self.used.load(Ordering::Relaxed),
                 });
@@ -563,6 +577,38 @@ impl CacheCore {
         }
         evicted
     }
+}
+
+#[cfg(not(feature = "shuttle"))]
+std::thread_local! {
+    /// The last write-back failure that an eviction round of this thread met: the count of
+    /// buffers it left dirty and the first error. `reserve` reports it if it gives up.
+    static WRITEBACK_FAILURE: std::cell::RefCell<Option<(usize, Error)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+// The model checker runs its threads on one OS thread: each needs its own record.
+#[cfg(feature = "shuttle")]
+shuttle::thread_local! {
+    static WRITEBACK_FAILURE: std::cell::RefCell<Option<(usize, Error)>> =
+        std::cell::RefCell::new(None);
+}
+
+/// Records that an eviction round's write-back of `failed` buffers failed (they stay dirty),
+/// for the `reserve` of this thread that ran the round.
+pub(crate) fn note_writeback_failure(failed: usize, first: Error) {
+    let _ = WRITEBACK_FAILURE.try_with(|f| {
+        if let Ok(mut f) = f.try_borrow_mut() {
+            *f = Some((failed, first));
+        }
+    });
+}
+
+fn take_writeback_failure() -> Option<(usize, Error)> {
+    WRITEBACK_FAILURE
+        .try_with(|f| f.try_borrow_mut().ok().and_then(|mut f| f.take()))
+        .ok()
+        .flatten()
 }
 
 #[cfg(test)]

@@ -60,7 +60,9 @@ pub enum Error {
     /// Every resident buffer is pinned, being loaded, or refused eviction, so no memory can be
     /// freed. `used` is the budget in use, in bytes. A load reports it only after waiting
     /// [`crate::CacheOptions::budget_wait`] (5 s by default) without an eviction freeing
-    /// anything, since pins held for a moment are normal.
+    /// anything, since pins held for a moment are normal. Where the evictions failed because
+    /// dirty buffers could not be written back, the load reports that instead
+    /// ([`Error::WritebackFailed`]).
     #[error("cache budget exhausted: {used} bytes in use and none evictable")]
     BudgetExhausted { used: u64 },
 
@@ -105,7 +107,10 @@ pub enum Error {
         source: io::Error,
     },
 
-    /// Some buffers could not be written back; they stay dirty and resident.
+    /// Some buffers could not be written back; they stay dirty and resident. Returned by
+    /// msync, eviction and unmap, and by a load that needed memory when the budget was full of
+    /// dirty buffers whose write-backs kept failing for [`crate::CacheOptions::budget_wait`]
+    /// (a full disk, a store that is down): `first` is the last such failure's first error.
     #[error("write-back failed for {failed} buffer(s); first: {first}")]
     WritebackFailed { failed: usize, first: Box<Error> },
 

@@ -51,7 +51,9 @@ impl MappingCore {
     /// Evicts the candidates that validate: cached, idle, and (unless `explicit`) not vetoed by
     /// the policy. Dirty ones are written back first in one batch. Returns the number of
     /// evicted buffers whose budget this freed (set-aside buffers had handed theirs to their
-    /// pool already) and, if write-backs failed, their count and the first error.
+    /// pool already) and, if write-backs failed, their count and the first error: returned
+    /// when `explicit`, else noted for the `reserve` that ran this round
+    /// ([`crate::cache::note_writeback_failure`]). A failure to drop pages is returned either way.
     pub(super) fn evict_indices(
         &self,
         cands: &[u64],
@@ -97,13 +99,17 @@ impl MappingCore {
         if !dirty.is_empty() {
             let errors = self.write_claimed(&dirty);
             if let Some(first) = errors.into_iter().next() {
-                failure = Some((
-                    dirty
-                        .iter()
-                        .filter(|&&i| self.state(i).load().dirty())
-                        .count(),
-                    first,
-                ));
+                let failed = dirty
+                    .iter()
+                    .filter(|&&i| self.state(i).load().dirty())
+                    .count();
+                if explicit {
+                    failure = Some((failed, first));
+                } else {
+                    // A round on behalf of a load (or the background evictor): should the
+                    // load run out of patience, this is why no memory could be freed.
+                    crate::cache::note_writeback_failure(failed, first);
+                }
             }
             for &i in &dirty {
                 // Written and not touched since: claim it like any clean buffer. Clean now, it
