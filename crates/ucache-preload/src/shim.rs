@@ -74,8 +74,6 @@ pub(crate) fn init() {
         Ok(None) => {}
         Ok(Some(c)) => {
             let _ = CONFIG.set(c);
-            // SAFETY: registers three extern "C" functions with no arguments.
-            unsafe { libc::pthread_atfork(Some(fork_prepare), None, Some(fork_child)) };
             ENABLED.store(true, SeqCst);
         }
         Err(msg) => say(&format!(
@@ -161,7 +159,14 @@ fn cache() -> Option<&'static Cache> {
         .get_or_init(|| {
             let c = CONFIG.get()?;
             match Cache::new(CacheOptions::new(c.memory)) {
-                Ok(cache) => Some(cache),
+                Ok(cache) => {
+                    // Registered after the cache, whose own fork handler (it fences a
+                    // child's copies of its regions) thereby runs first in a child: ours
+                    // then replaces each fenced region with the kernel mapping it stands for.
+                    // SAFETY: registers two extern "C" functions with no arguments.
+                    unsafe { libc::pthread_atfork(Some(fork_prepare), None, Some(fork_child)) };
+                    Some(cache)
+                }
                 Err(e) => {
                     say(&format!(
                         "cannot make a cache of {} bytes: {e}; mappings go to the kernel",

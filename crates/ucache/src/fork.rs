@@ -105,10 +105,13 @@ extern "C" fn in_child() {
         }
         // SAFETY: replaces the child's copy of a region ucache owns (the parent's is its
         // own) with a shared mapping of an empty file: any access past its end, which is all
-        // of it, raises SIGBUS instead of reading zeros.
+        // of it, raises SIGBUS instead of reading zeros. The raw system call, so that a
+        // library interposing mmap (an LD_PRELOAD shim built on ucache, whose own fork
+        // handler runs after this one) does not take the fence for a mapping of its own.
         unsafe {
-            libc::mmap(
-                start as *mut libc::c_void,
+            libc::syscall(
+                libc::SYS_mmap,
+                start,
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED | libc::MAP_FIXED,
@@ -119,6 +122,6 @@ extern "C" fn in_child() {
     }
     if fence >= 0 {
         // SAFETY: our own descriptor; the mappings keep the file.
-        unsafe { libc::close(fence) };
+        unsafe { libc::syscall(libc::SYS_close, fence) };
     }
 }
