@@ -173,74 +173,59 @@ pub struct ucache_stats {
 pub const UCACHE_LATENCY_BUCKETS: usize = 32;
 const _: () = assert!(UCACHE_LATENCY_BUCKETS == ucache_core::LATENCY_BUCKETS);
 
-impl From<StatsSnapshot> for ucache_stats {
-    fn from(s: StatsSnapshot) -> Self {
-        // Destructured without `..`: a counter added to the Rust library fails to compile
-        // here until it is added to the C struct too.
-        let StatsSnapshot {
-            hits,
-            misses,
-            waits,
-            evictions,
-            evictions_ahead,
-            eviction_cancels,
-            writebacks,
-            writeback_failures,
-            read_failures,
-            budget_stalls,
-            bytes_read,
-            bytes_written,
-            prefetches,
-            prefetch_used,
-            prefetch_wasted,
-            bypasses,
-            faults,
-            write_faults,
-            faults_timed,
-            fault_ns,
-            fault_evict_ns,
-            fault_io_ns,
-            fault_install_ns,
-            fault_bookkeeping_ns,
-            set_aside,
-            restores,
-            miss_latency: latency,
-        } = s;
-        let mut miss_latency = [0; UCACHE_LATENCY_BUCKETS];
-        for (to, from) in miss_latency.iter_mut().zip(latency) {
-            *to = from;
+/// `From<StatsSnapshot>` for `ucache_stats`, given the counters both have (every field but
+/// `miss_latency`), each named once. `StatsSnapshot` is destructured without `..`: a counter
+/// added to the Rust library fails to compile here until it is added to the C struct and to
+/// this list too.
+macro_rules! stats_from_snapshot {
+    ($($counter:ident),* $(,)?) => {
+        impl From<StatsSnapshot> for ucache_stats {
+            fn from(s: StatsSnapshot) -> Self {
+                let StatsSnapshot {
+                    $($counter,)*
+                    miss_latency: latency,
+                } = s;
+                let mut miss_latency = [0; UCACHE_LATENCY_BUCKETS];
+                for (to, from) in miss_latency.iter_mut().zip(latency) {
+                    *to = from;
+                }
+                ucache_stats {
+                    $($counter,)*
+                    miss_latency,
+                }
+            }
         }
-        ucache_stats {
-            hits,
-            misses,
-            waits,
-            evictions,
-            evictions_ahead,
-            eviction_cancels,
-            writebacks,
-            writeback_failures,
-            read_failures,
-            budget_stalls,
-            bytes_read,
-            bytes_written,
-            prefetches,
-            prefetch_used,
-            prefetch_wasted,
-            bypasses,
-            faults,
-            write_faults,
-            faults_timed,
-            fault_ns,
-            fault_evict_ns,
-            fault_io_ns,
-            fault_install_ns,
-            fault_bookkeeping_ns,
-            set_aside,
-            restores,
-            miss_latency,
-        }
-    }
+    };
 }
+
+stats_from_snapshot!(
+    hits,
+    misses,
+    waits,
+    evictions,
+    evictions_ahead,
+    eviction_cancels,
+    writebacks,
+    writeback_failures,
+    read_failures,
+    budget_stalls,
+    bytes_read,
+    bytes_written,
+    prefetches,
+    prefetch_used,
+    prefetch_wasted,
+    bypasses,
+    faults,
+    write_faults,
+    faults_timed,
+    fault_ns,
+    fault_evict_ns,
+    fault_io_ns,
+    fault_install_ns,
+    fault_bookkeeping_ns,
+    set_aside,
+    restores,
+);
 
 /// Copies the cache's counters into `*out`.
 ///

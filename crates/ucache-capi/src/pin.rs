@@ -1,5 +1,6 @@
 //! Pins handed to C: a guard of the Rust library, kept together with the mapping it borrows.
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use ucache_core::{ExclusiveGuard, Mapping, SharedGuard};
@@ -8,6 +9,9 @@ use crate::handle::{arg, Out};
 use crate::mapping::{mapping_of, ucache_mapping};
 use crate::status::{call, ucache_status, Fail};
 
+/// A pin's guard, held only to be dropped (which unpins): the buffer's address and length are
+/// read before it is stored.
+#[allow(dead_code)]
 enum Guard {
     Shared(SharedGuard<'static>),
     Exclusive(ExclusiveGuard<'static>),
@@ -31,23 +35,37 @@ fn this_thread() -> usize {
     ME.with(|m| m as *const u8 as usize)
 }
 
-impl ucache_pin {
-    /// Pins through `take` and keeps the guard with the mapping it borrows.
-    fn new(
-        mapping: Arc<Mapping>,
-        take: impl FnOnce(&'static Mapping) -> ucache_core::Result<Guard>,
-    ) -> Result<Box<ucache_pin>, Fail> {
+/// The body of the two pin functions: checks the out-parameters, pins through `take`, and
+/// hands out the pin (its guard made a [`Guard`] by `wrap`, kept with the mapping it borrows),
+/// the buffer's address (which `addr` reads from the guard) and its length.
+fn hand_out<G: Deref<Target = [u8]>, D>(
+    mapping: *const ucache_mapping,
+    (pin, data, len): (*mut *mut ucache_pin, *mut D, *mut usize),
+    take: impl FnOnce(&'static Mapping) -> ucache_core::Result<G>,
+    addr: impl FnOnce(&mut G) -> D,
+    wrap: fn(G) -> Guard,
+) -> ucache_status {
+    call(|| {
+        let (pin, data, len) = (
+            Out::new(pin, "pin")?,
+            Out::new(data, "data")?,
+            Out::new(len, "len")?,
+        );
+        let mapping = mapping_of(mapping)?;
         // SAFETY: the reference is used only for the guard, which is stored next to the
         // `Arc` that keeps the mapping alive (at a fixed address) and is dropped before it
         // (field order of `ucache_pin`). It does not escape otherwise.
         let m: &'static Mapping = unsafe { &*Arc::as_ptr(&mapping) };
-        let guard = take(m)?;
-        Ok(Box::new(ucache_pin {
-            guard,
+        let mut guard = take(m)?;
+        data.set(addr(&mut guard));
+        len.set(guard.len());
+        pin.set(Box::into_raw(Box::new(ucache_pin {
+            guard: wrap(guard),
             _mapping: mapping,
             thread: this_thread(),
-        }))
-    }
+        })));
+        Ok(())
+    })
 }
 
 /// Pins buffer `index` for reading, loading it if needed; many readers may hold it. Stores
@@ -66,23 +84,13 @@ pub extern "C" fn ucache_pin_shared(
     data: *mut *const u8,
     len: *mut usize,
 ) -> ucache_status {
-    call(|| {
-        let (pin, data, len) = (
-            Out::new(pin, "pin")?,
-            Out::new(data, "data")?,
-            Out::new(len, "len")?,
-        );
-        let p = ucache_pin::new(mapping_of(mapping)?, |m| {
-            m.pin_shared(index).map(Guard::Shared)
-        })?;
-        let Guard::Shared(g) = &p.guard else {
-            unreachable!()
-        };
-        data.set(g.as_ptr());
-        len.set(g.len());
-        pin.set(Box::into_raw(p));
-        Ok(())
-    })
+    hand_out(
+        mapping,
+        (pin, data, len),
+        |m| m.pin_shared(index),
+        |g| g.as_ptr(),
+        Guard::Shared,
+    )
 }
 
 /// Pins buffer `index` for writing, loading it if needed: no other pin reads or writes it
@@ -100,24 +108,16 @@ pub extern "C" fn ucache_pin_exclusive(
     data: *mut *mut u8,
     len: *mut usize,
 ) -> ucache_status {
-    call(|| {
-        let (pin, data, len) = (
-            Out::new(pin, "pin")?,
-            Out::new(data, "data")?,
-            Out::new(len, "len")?,
-        );
-        let mut p = ucache_pin::new(mapping_of(mapping)?, |m| {
-            m.pin_exclusive(index).map(Guard::Exclusive)
-        })?;
-        let Guard::Exclusive(g) = &mut p.guard else {
-            unreachable!()
-        };
-        g.mark_dirty();
-        data.set(g.as_mut_ptr());
-        len.set(g.len());
-        pin.set(Box::into_raw(p));
-        Ok(())
-    })
+    hand_out(
+        mapping,
+        (pin, data, len),
+        |m| m.pin_exclusive(index),
+        |g| {
+            g.mark_dirty();
+            g.as_mut_ptr()
+        },
+        Guard::Exclusive,
+    )
 }
 
 /// Releases a pin. A pin released after its mapping handle was closed may be the last user

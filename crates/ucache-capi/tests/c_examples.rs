@@ -114,8 +114,24 @@ fn expect_ok(name: &str, how: &str, cmd: Command) {
     println!("{name} ({how}): {}", stdout.trim());
 }
 
-fn has_valgrind() -> bool {
-    Command::new("valgrind")
+/// Compiles examples/c/`name`.c into `dir` (as [`compile`] does) and runs it, checking its
+/// output ([`expect_ok`]); returns the executable. Fails only if it does not compile.
+fn build_and_run(
+    name: &str,
+    how: &str,
+    dir: &Path,
+    static_lib: bool,
+    extra: &[&str],
+) -> Result<PathBuf, String> {
+    let exe = dir.join(format!("{name}-{how}"));
+    compile(name, &exe, static_lib, extra)?;
+    expect_ok(name, how, Command::new(&exe));
+    Ok(exe)
+}
+
+/// Whether `program` runs (`program --version`).
+fn on_path(program: &str) -> bool {
+    Command::new(program)
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success())
@@ -125,12 +141,10 @@ fn has_valgrind() -> bool {
 /// under AddressSanitizer when `asan` is set.
 fn example(name: &str, valgrind: bool, asan: bool) {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let exe = tmp.path().join(name);
-    compile(name, &exe, false, &[]).unwrap();
-    expect_ok(name, "plain", Command::new(&exe));
+    let exe = build_and_run(name, "plain", tmp.path(), false, &[]).unwrap();
 
     if valgrind {
-        if has_valgrind() {
+        if on_path("valgrind") {
             let mut cmd = Command::new("valgrind");
             // Only definite leaks count: Rust's standard library keeps some allocations
             // (thread handles, hash tables) through pointers into them, which memcheck calls
@@ -151,10 +165,9 @@ fn example(name: &str, valgrind: bool, asan: bool) {
         }
     }
     if asan {
-        let asan_exe = tmp.path().join(format!("{name}-asan"));
-        match compile(name, &asan_exe, false, &["-fsanitize=address"]) {
-            Ok(()) => expect_ok(name, "AddressSanitizer", Command::new(&asan_exe)),
-            Err(e) => println!("{name}: no AddressSanitizer build ({e}), skipped"),
+        let flags = ["-fsanitize=address"];
+        if let Err(e) = build_and_run(name, "AddressSanitizer", tmp.path(), false, &flags) {
+            println!("{name}: no AddressSanitizer build ({e}), skipped");
         }
     }
 }
@@ -190,20 +203,14 @@ fn bad_input() {
 #[test]
 fn pin_static() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let exe = tmp.path().join("pin-static");
-    compile("pin", &exe, true, &[]).unwrap();
-    expect_ok("pin", "static", Command::new(&exe));
+    build_and_run("pin", "static", tmp.path(), true, &[]).unwrap();
 }
 
 /// scripts/install-c.sh lays out a prefix with which `cc prog.c $(pkg-config --cflags --libs
 /// ucache)` builds a program that runs (installing this build's libraries, not a release).
 #[test]
 fn install_and_pkg_config() {
-    if Command::new("pkg-config")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
+    if !on_path("pkg-config") {
         println!("pkg-config not on PATH: install check skipped");
         return;
     }

@@ -25,6 +25,30 @@ fn inside<R>(body: impl FnOnce() -> Option<R>, real: impl FnOnce() -> R) -> R {
     }
 }
 
+/// [`inside`] for a call the shim has nothing to do with while it has no live mappings: then
+/// `real` runs straight away.
+fn when_active<R>(body: impl FnOnce() -> Option<R>, real: impl FnOnce() -> R) -> R {
+    if !active() {
+        return real();
+    }
+    inside(body, real)
+}
+
+/// Exported functions that only pass their arguments on to another function of this file:
+/// `"what they stand for" fn name(arguments) -> result => the call;`.
+macro_rules! forward {
+    ($( $what:literal fn $name:ident($($a:ident: $t:ty),*) -> $r:ty => $to:expr; )*) => {
+        $(
+            #[doc = concat!("# Safety\nAs `", $what, "`.")]
+            #[no_mangle]
+            pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
+                // SAFETY: forwarded.
+                unsafe { $to }
+            }
+        )*
+    };
+}
+
 /// # Safety
 /// As `mmap(2)`.
 #[no_mangle]
@@ -60,19 +84,10 @@ pub unsafe extern "C" fn mmap(
     inside(|| shim::map_fd(len, prot, flags, fd, off), kernel)
 }
 
-/// # Safety
-/// As `mmap64`.
-#[no_mangle]
-pub unsafe extern "C" fn mmap64(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off_t,
-) -> *mut c_void {
-    // SAFETY: the same function on LP64.
-    unsafe { mmap(addr, len, prot, flags, fd, off) }
+forward! {
+    "mmap64" fn mmap64(
+        addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t
+    ) -> *mut c_void => mmap(addr, len, prot, flags, fd, off);
 }
 
 /// # Safety
@@ -81,10 +96,7 @@ pub unsafe extern "C" fn mmap64(
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     // SAFETY: the program's arguments, passed on.
     let kernel = || unsafe { real::munmap(addr, len) };
-    if !active() {
-        return kernel();
-    }
-    inside(|| shim::unmap_range(addr as usize, len), kernel)
+    when_active(|| shim::unmap_range(addr as usize, len), kernel)
 }
 
 /// `mremap(2)`. Variadic in C; on x86-64 the optional fifth argument arrives in its register
@@ -107,10 +119,7 @@ pub unsafe extern "C" fn mremap(
     };
     // SAFETY: the program's arguments, passed on.
     let kernel = || unsafe { real::mremap(old, old_len, new_len, flags, new_addr) };
-    if !active() {
-        return kernel();
-    }
-    inside(
+    when_active(
         || shim::remap(old as usize, old_len, new_len, flags),
         kernel,
     )
@@ -122,10 +131,7 @@ pub unsafe extern "C" fn mremap(
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
     // SAFETY: the program's arguments, passed on.
     let kernel = || unsafe { real::mprotect(addr, len, prot) };
-    if !active() {
-        return kernel();
-    }
-    inside(
+    when_active(
         || {
             shim::protect(addr as usize, len, prot);
             None
@@ -140,10 +146,7 @@ pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
     // SAFETY: the program's arguments, passed on.
     let kernel = || unsafe { real::madvise(addr, len, advice) };
-    if !active() {
-        return kernel();
-    }
-    inside(|| shim::advise(addr as usize, len, advice), kernel)
+    when_active(|| shim::advise(addr as usize, len, advice), kernel)
 }
 
 /// # Safety
@@ -152,10 +155,54 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
 pub unsafe extern "C" fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
     // SAFETY: the program's arguments, passed on.
     let kernel = || unsafe { real::msync(addr, len, flags) };
-    if !active() || !(addr as usize).is_multiple_of(4096) {
+    if !(addr as usize).is_multiple_of(4096) {
         return kernel();
     }
-    inside(|| shim::sync_range(addr as usize, len), kernel)
+    when_active(|| shim::sync_range(addr as usize, len), kernel)
+}
+
+/// The shim's part of a read of `n` bytes from `fd` at `off` (`None`: the file position)
+/// that `io` does: the file's writable mappings first write back what they hold of the range.
+fn read_through(
+    fd: c_int,
+    off: Option<off_t>,
+    n: usize,
+    io: impl FnOnce() -> ssize_t,
+) -> Option<ssize_t> {
+    if let Some(v) = shim::file_view(fd) {
+        let at = match off {
+            Some(o) => o as u64,
+            None => real::tell(fd)?,
+        };
+        v.before(at, at.saturating_add(n as u64));
+    }
+    Some(io())
+}
+
+/// The shim's part of a write of `n` bytes to `fd` at `off` (`None`: the file position, or
+/// the end with `O_APPEND`) that `io` does: as a read's, and then the file's mappings drop
+/// their copies of what `io` wrote.
+fn write_through(
+    fd: c_int,
+    off: Option<off_t>,
+    n: usize,
+    io: impl FnOnce() -> ssize_t,
+) -> Option<ssize_t> {
+    let view = shim::file_view(fd);
+    let mut at = 0;
+    if let Some(v) = &view {
+        at = match off {
+            Some(o) => o as u64,
+            None if real::getfl(fd)? & libc::O_APPEND != 0 => v.size,
+            None => real::tell(fd)?,
+        };
+        v.before(at, at.saturating_add(n as u64));
+    }
+    let r = io();
+    if let (Some(v), true) = (&view, r > 0) {
+        real::keeping_errno(|| v.after_write(at, at + r as u64));
+    }
+    Some(r)
 }
 
 /// A read at `off` (`None`: the file position) into `buf`.
@@ -167,20 +214,8 @@ unsafe fn do_read(fd: c_int, buf: *mut c_void, n: size_t, off: Option<off_t>) ->
             None => real::read(fd, p as *mut c_void, k),
         }
     };
-    if !active() {
-        return kernel(buf as usize, n, 0);
-    }
-    inside(
-        || {
-            if let Some(v) = shim::file_view(fd) {
-                let at = match off {
-                    Some(o) => o as u64,
-                    None => real::tell(fd)?,
-                };
-                v.before(at, at.saturating_add(n as u64));
-            }
-            Some(shim::transfer(buf as usize, n, true, kernel))
-        },
+    when_active(
+        || read_through(fd, off, n, || shim::transfer(buf as usize, n, true, kernel)),
         || kernel(buf as usize, n, 0),
     )
 }
@@ -194,79 +229,29 @@ unsafe fn do_write(fd: c_int, buf: *const c_void, n: size_t, off: Option<off_t>)
             None => real::write(fd, p as *const c_void, k),
         }
     };
-    if !active() {
-        return kernel(buf as usize, n, 0);
-    }
-    inside(
+    when_active(
         || {
-            let view = shim::file_view(fd);
-            let mut at = 0;
-            if let Some(v) = &view {
-                at = match off {
-                    Some(o) => o as u64,
-                    None if real::getfl(fd)? & libc::O_APPEND != 0 => v.size,
-                    None => real::tell(fd)?,
-                };
-                v.before(at, at.saturating_add(n as u64));
-            }
-            let r = shim::transfer(buf as usize, n, false, kernel);
-            if let (Some(v), true) = (&view, r > 0) {
-                let e = real::errno();
-                v.after_write(at, at + r as u64);
-                real::set_errno(e);
-            }
-            Some(r)
+            write_through(fd, off, n, || {
+                shim::transfer(buf as usize, n, false, kernel)
+            })
         },
         || kernel(buf as usize, n, 0),
     )
 }
 
-/// # Safety
-/// As `read(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    // SAFETY: forwarded.
-    unsafe { do_read(fd, buf, n, None) }
-}
-
-/// # Safety
-/// As `pread(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
-    // SAFETY: forwarded.
-    unsafe { do_read(fd, buf, n, Some(off)) }
-}
-
-/// # Safety
-/// As `pread64`.
-#[no_mangle]
-pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
-    // SAFETY: forwarded.
-    unsafe { do_read(fd, buf, n, Some(off)) }
-}
-
-/// # Safety
-/// As `write(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    // SAFETY: forwarded.
-    unsafe { do_write(fd, buf, n, None) }
-}
-
-/// # Safety
-/// As `pwrite(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
-    // SAFETY: forwarded.
-    unsafe { do_write(fd, buf, n, Some(off)) }
-}
-
-/// # Safety
-/// As `pwrite64`.
-#[no_mangle]
-pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
-    // SAFETY: forwarded.
-    unsafe { do_write(fd, buf, n, Some(off)) }
+forward! {
+    "read(2)" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
+        => do_read(fd, buf, n, None);
+    "pread(2)" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t
+        => do_read(fd, buf, n, Some(off));
+    "pread64" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t
+        => do_read(fd, buf, n, Some(off));
+    "write(2)" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t
+        => do_write(fd, buf, n, None);
+    "pwrite(2)" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t
+        => do_write(fd, buf, n, Some(off));
+    "pwrite64" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t
+        => do_write(fd, buf, n, Some(off));
 }
 
 /// # Safety
@@ -275,17 +260,12 @@ pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off:
 pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
     // SAFETY: the program's arguments, passed on.
     let kernel = || unsafe { real::readv(fd, iov, cnt) };
-    if !active() {
-        return kernel();
-    }
-    inside(
+    when_active(
         || {
-            if let Some(v) = shim::file_view(fd) {
-                let at = real::tell(fd)?;
-                v.before(at, at.saturating_add(shim::iov_len(iov, cnt) as u64));
-            }
-            shim::touch_iov(iov, cnt, true);
-            Some(kernel())
+            read_through(fd, None, shim::iov_len(iov, cnt), || {
+                shim::touch_iov(iov, cnt, true);
+                kernel()
+            })
         },
         kernel,
     )
@@ -297,30 +277,12 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
     // SAFETY: the program's arguments, passed on.
     let kernel = || unsafe { real::writev(fd, iov, cnt) };
-    if !active() {
-        return kernel();
-    }
-    inside(
+    when_active(
         || {
-            let view = shim::file_view(fd);
-            let n = shim::iov_len(iov, cnt) as u64;
-            let mut at = 0;
-            if let Some(v) = &view {
-                at = if real::getfl(fd)? & libc::O_APPEND != 0 {
-                    v.size
-                } else {
-                    real::tell(fd)?
-                };
-                v.before(at, at.saturating_add(n));
-            }
-            shim::touch_iov(iov, cnt, false);
-            let r = kernel();
-            if let (Some(v), true) = (&view, r > 0) {
-                let e = real::errno();
-                v.after_write(at, at + r as u64);
-                real::set_errno(e);
-            }
-            Some(r)
+            write_through(fd, None, shim::iov_len(iov, cnt), || {
+                shim::touch_iov(iov, cnt, false);
+                kernel()
+            })
         },
         kernel,
     )
@@ -333,10 +295,7 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c
     // SAFETY: the program's arguments, passed on.
     let kernel =
         |p: usize, k: usize, _done: usize| unsafe { real::send(fd, p as *const c_void, k, flags) };
-    if !active() {
-        return kernel(buf as usize, n, 0);
-    }
-    inside(
+    when_active(
         || Some(shim::transfer(buf as usize, n, false, kernel)),
         || kernel(buf as usize, n, 0),
     )
@@ -345,21 +304,16 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c
 unsafe fn do_truncate(fd: c_int, len: off_t) -> c_int {
     // SAFETY: the program's arguments, passed on.
     let kernel = || unsafe { real::ftruncate(fd, len) };
-    if !active() {
-        return kernel();
-    }
-    inside(
+    when_active(
         || {
             let v = shim::file_view(fd)?;
             let r = kernel();
             if r == 0 {
-                let e = real::errno();
                 // Past the smaller end, every mapping's copy goes: shrunk, its accesses fault
                 // and get SIGBUS; grown, the new bytes are the file's zeros. A dirty buffer
                 // there is written back only up to the new end.
                 let from = v.size.min(len.max(0) as u64) & !4095;
-                v.after_write(from, u64::MAX);
-                real::set_errno(e);
+                real::keeping_errno(|| v.after_write(from, u64::MAX));
             }
             Some(r)
         },
@@ -367,20 +321,9 @@ unsafe fn do_truncate(fd: c_int, len: off_t) -> c_int {
     )
 }
 
-/// # Safety
-/// As `ftruncate(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
-    // SAFETY: forwarded.
-    unsafe { do_truncate(fd, len) }
-}
-
-/// # Safety
-/// As `ftruncate64`.
-#[no_mangle]
-pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off_t) -> c_int {
-    // SAFETY: forwarded.
-    unsafe { do_truncate(fd, len) }
+forward! {
+    "ftruncate(2)" fn ftruncate(fd: c_int, len: off_t) -> c_int => do_truncate(fd, len);
+    "ftruncate64" fn ftruncate64(fd: c_int, len: off_t) -> c_int => do_truncate(fd, len);
 }
 
 unsafe fn do_sync(fd: c_int, data_only: bool) -> c_int {
@@ -392,10 +335,7 @@ unsafe fn do_sync(fd: c_int, data_only: bool) -> c_int {
             real::fsync(fd)
         }
     };
-    if !active() {
-        return kernel();
-    }
-    inside(
+    when_active(
         || {
             let v = shim::file_view(fd)?;
             if !v.sync() {
@@ -408,18 +348,7 @@ unsafe fn do_sync(fd: c_int, data_only: bool) -> c_int {
     )
 }
 
-/// # Safety
-/// As `fsync(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
-    // SAFETY: forwarded.
-    unsafe { do_sync(fd, false) }
-}
-
-/// # Safety
-/// As `fdatasync(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
-    // SAFETY: forwarded.
-    unsafe { do_sync(fd, true) }
+forward! {
+    "fsync(2)" fn fsync(fd: c_int) -> c_int => do_sync(fd, false);
+    "fdatasync(2)" fn fdatasync(fd: c_int) -> c_int => do_sync(fd, true);
 }

@@ -71,50 +71,28 @@ real_fns! {
         libc::syscall(libc::SYS_sendto, fd, buf, n, flags, 0usize, 0usize) as ssize_t;
 }
 
-/// `mmap(2)` as a system call.
-pub(crate) unsafe fn mmap(
-    addr: *mut c_void,
-    len: size_t,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off_t,
-) -> *mut c_void {
-    // SAFETY: forwarded from our caller.
-    unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut c_void }
+/// Functions that are always the raw system call `nr`: `fn name(arguments) -> result = nr;`.
+macro_rules! raw_fns {
+    ($( fn $f:ident($($a:ident: $t:ty),*) -> $r:ty = $nr:ident; )*) => {
+        $(
+            #[doc = concat!("`", stringify!($f), "(2)` as a system call.")]
+            pub(crate) unsafe fn $f($($a: $t),*) -> $r {
+                // SAFETY: forwarded from our caller.
+                unsafe { libc::syscall(libc::$nr, $($a),*) as $r }
+            }
+        )*
+    };
 }
 
-pub(crate) unsafe fn munmap(addr: *mut c_void, len: size_t) -> c_int {
-    // SAFETY: forwarded from our caller.
-    unsafe { libc::syscall(libc::SYS_munmap, addr, len) as c_int }
-}
-
-pub(crate) unsafe fn mremap(
-    old: *mut c_void,
-    old_len: size_t,
-    new_len: size_t,
-    flags: c_int,
-    new_addr: *mut c_void,
-) -> *mut c_void {
-    // SAFETY: forwarded from our caller.
-    unsafe {
-        libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) as *mut c_void
-    }
-}
-
-pub(crate) unsafe fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
-    // SAFETY: forwarded from our caller.
-    unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as c_int }
-}
-
-pub(crate) unsafe fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
-    // SAFETY: forwarded from our caller.
-    unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int }
-}
-
-pub(crate) unsafe fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int {
-    // SAFETY: forwarded from our caller.
-    unsafe { libc::syscall(libc::SYS_msync, addr, len, flags) as c_int }
+raw_fns! {
+    fn mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t)
+        -> *mut c_void = SYS_mmap;
+    fn munmap(addr: *mut c_void, len: size_t) -> c_int = SYS_munmap;
+    fn mremap(old: *mut c_void, old_len: size_t, new_len: size_t, flags: c_int, new_addr: *mut c_void)
+        -> *mut c_void = SYS_mremap;
+    fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int = SYS_mprotect;
+    fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int = SYS_madvise;
+    fn msync(addr: *mut c_void, len: size_t, flags: c_int) -> c_int = SYS_msync;
 }
 
 /// `fstat(2)` as a system call; `None` on failure.
@@ -193,6 +171,15 @@ pub(crate) fn errno() -> c_int {
 pub(crate) fn set_errno(e: c_int) {
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = e };
+}
+
+/// Runs `f`, then puts back the `errno` it found: for the shim's own work after the real call,
+/// whose `errno` the program sees.
+pub(crate) fn keeping_errno<R>(f: impl FnOnce() -> R) -> R {
+    let e = errno();
+    let r = f();
+    set_errno(e);
+    r
 }
 
 /// Writes a message to stderr with one system call (no locks, no allocation besides `msg`).

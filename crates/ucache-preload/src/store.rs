@@ -29,6 +29,32 @@ impl RawFile {
             .map(|st| st.st_size as u64)
             .ok_or_else(io::Error::last_os_error)
     }
+
+    /// One `pread64` or `pwrite64` (`nr`) of `len` bytes at `buf`, at `offset` of the file,
+    /// retried while interrupted: the bytes it moved.
+    ///
+    /// # Safety
+    /// `buf..buf+len` is valid for what `nr` does with it: writes for a read, reads for a
+    /// write.
+    unsafe fn io_at(
+        &self,
+        nr: libc::c_long,
+        buf: *const u8,
+        len: usize,
+        offset: u64,
+    ) -> io::Result<usize> {
+        loop {
+            // SAFETY: per this function's contract.
+            let r = unsafe { libc::syscall(nr, self.fd, buf, len, offset as libc::off_t) };
+            if r >= 0 {
+                return Ok(r as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
 }
 
 pub(crate) struct FileObject {
@@ -54,27 +80,20 @@ impl Object for FileObject {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let mut done = 0usize;
         while done < buf.len() {
-            // SAFETY: the rest of `buf` is valid for writes.
+            let rest = &mut buf[done..];
+            // SAFETY: `rest` is valid for writes.
             let r = unsafe {
-                libc::syscall(
+                self.file.io_at(
                     libc::SYS_pread64,
-                    self.file.fd,
-                    buf[done..].as_mut_ptr(),
-                    buf.len() - done,
-                    (offset + done as u64) as libc::off_t,
-                )
+                    rest.as_mut_ptr(),
+                    rest.len(),
+                    offset + done as u64,
+                )?
             };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
             if r == 0 {
                 break;
             }
-            done += r as usize;
+            done += r;
         }
         if done == 0 {
             // Wholly past the end of the file: the fault fails, the access gets SIGBUS.
@@ -91,27 +110,20 @@ impl Object for FileObject {
         let n = buf.len().min((size - offset) as usize);
         let mut done = 0usize;
         while done < n {
-            // SAFETY: buf[done..n] is valid for reads.
+            let rest = &buf[done..n];
+            // SAFETY: `rest` is valid for reads.
             let r = unsafe {
-                libc::syscall(
+                self.file.io_at(
                     libc::SYS_pwrite64,
-                    self.file.fd,
-                    buf[done..n].as_ptr(),
-                    n - done,
-                    (offset + done as u64) as libc::off_t,
-                )
+                    rest.as_ptr(),
+                    rest.len(),
+                    offset + done as u64,
+                )?
             };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
             if r == 0 {
                 return Err(io::ErrorKind::WriteZero.into());
             }
-            done += r as usize;
+            done += r;
         }
         Ok(())
     }

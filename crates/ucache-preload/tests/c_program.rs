@@ -8,29 +8,55 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use tempfile::TempDir;
+
 use common::*;
 
-fn prog(dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/prog.c");
-    compile(&src, dir, "prog", &[])
+/// What each test works in: a directory with tests/c/prog.c compiled in it, the data file
+/// prog uses there, and the glob that has the shim cache that file.
+struct Setup {
+    /// Kept for its drop, which removes the directory.
+    _dir: TempDir,
+    prog: PathBuf,
+    file: PathBuf,
+    glob: String,
 }
 
-fn cmd(prog: &Path, mode: &str, file: &Path, expect_shim: &str) -> Command {
-    let mut c = Command::new(prog);
-    c.arg(mode).arg(file).env("EXPECT_SHIM", expect_shim);
-    c
+impl Setup {
+    fn new() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/prog.c");
+        let prog = compile(&src, dir.path(), "prog", &[]);
+        let file = dir.path().join("data.dat");
+        let glob = format!("{}/*.dat", dir.path().display());
+        Setup {
+            _dir: dir,
+            prog,
+            file,
+            glob,
+        }
+    }
+
+    /// prog in `mode` on the data file, told whether to expect its mapping to be the shim's.
+    fn cmd(&self, mode: &str, expect_shim: &str) -> Command {
+        let mut c = Command::new(&self.prog);
+        c.arg(mode).arg(&self.file).env("EXPECT_SHIM", expect_shim);
+        c
+    }
+
+    /// [`Setup::cmd`] under the shim, with a budget of `memory`.
+    fn shimmed(&self, mode: &str, expect_shim: &str, memory: &str) -> Command {
+        under_shim(self.cmd(mode, expect_shim), &self.glob, memory)
+    }
 }
 
 #[test]
 fn modes_give_the_same_results_plain_and_through_the_shim() {
-    let dir = tempfile::tempdir().unwrap();
-    let prog = prog(dir.path());
-    let file = dir.path().join("data.dat");
-    let glob = format!("{}/*.dat", dir.path().display());
+    let s = Setup::new();
     for mode in ["read", "write", "mix", "fork", "private", "exec"] {
-        let plain = ok(&run(cmd(&prog, mode, &file, "0")), &format!("{mode} plain"));
+        let plain = ok(&run(s.cmd(mode, "0")), &format!("{mode} plain"));
         // 256 KiB for 4 MiB of data: every mode runs out of memory and evicts.
-        let out = run(under_shim(cmd(&prog, mode, &file, "1"), &glob, "256KiB"));
+        let out = run(s.shimmed(mode, "1", "256KiB"));
         let shim = ok(&out, &format!("{mode} through the shim"));
         assert_eq!(plain, shim, "{mode}");
         // (exec replaces the image before the statistics are printed: prog checked
@@ -46,13 +72,10 @@ fn modes_give_the_same_results_plain_and_through_the_shim() {
 
 #[test]
 fn other_policies_and_buffer_sizes() {
-    let dir = tempfile::tempdir().unwrap();
-    let prog = prog(dir.path());
-    let file = dir.path().join("data.dat");
-    let glob = format!("{}/*.dat", dir.path().display());
+    let s = Setup::new();
     for (policy, bs) in [("s3fifo", "4KiB"), ("lru", "16KiB"), ("2q", "64KiB")] {
         for mode in ["read", "mix"] {
-            let mut c = under_shim(cmd(&prog, mode, &file, "1"), &glob, "1MiB");
+            let mut c = s.shimmed(mode, "1", "1MiB");
             c.env("UCACHE_POLICY", policy).env("UCACHE_BUFFER_SIZE", bs);
             ok(&run(c), &format!("{mode} with {policy}, {bs}"));
         }
@@ -61,16 +84,9 @@ fn other_policies_and_buffer_sizes() {
 
 #[test]
 fn truncation_under_a_mapping_raises_sigbus() {
-    let dir = tempfile::tempdir().unwrap();
-    let prog = prog(dir.path());
-    let file = dir.path().join("data.dat");
-    let glob = format!("{}/*.dat", dir.path().display());
-    let plain = run(cmd(&prog, "truncate", &file, "0"));
-    let shim = run(under_shim(
-        cmd(&prog, "truncate", &file, "1"),
-        &glob,
-        "256KiB",
-    ));
+    let s = Setup::new();
+    let plain = run(s.cmd("truncate", "0"));
+    let shim = run(s.shimmed("truncate", "1", "256KiB"));
     for (what, out) in [("plain", &plain), ("shim", &shim)] {
         assert_eq!(
             out.status.signal(),
@@ -88,10 +104,7 @@ fn truncation_under_a_mapping_raises_sigbus() {
 
 #[test]
 fn bad_environment_values_leave_mappings_to_the_kernel() {
-    let dir = tempfile::tempdir().unwrap();
-    let prog = prog(dir.path());
-    let file = dir.path().join("data.dat");
-    let glob = format!("{}/*.dat", dir.path().display());
+    let s = Setup::new();
     let cases: &[(&str, &str)] = &[
         ("UCACHE_MEMORY", "lots"),
         ("UCACHE_POLICY", "nope"),
@@ -100,7 +113,7 @@ fn bad_environment_values_leave_mappings_to_the_kernel() {
         ("UCACHE_BUFFER_SIZE", "3000"),
     ];
     for &(var, value) in cases {
-        let mut c = under_shim(cmd(&prog, "read", &file, "0"), &glob, "1MiB");
+        let mut c = s.shimmed("read", "0", "1MiB");
         c.env(var, value);
         let out = run(c);
         ok(&out, &format!("{var}={value}"));
@@ -120,13 +133,10 @@ fn bad_environment_values_leave_mappings_to_the_kernel() {
 
 #[test]
 fn a_refused_mapping_gets_a_kernel_mapping_and_a_message() {
-    let dir = tempfile::tempdir().unwrap();
-    let prog = prog(dir.path());
-    let file = dir.path().join("data.dat");
-    let glob = format!("{}/*.dat", dir.path().display());
+    let s = Setup::new();
     // Five descriptors: the program's file is 3, the shim's reopened one 4, and the
     // userfaultfd ucache needs for the mapping finds none left.
-    let mut c = under_shim(cmd(&prog, "read", &file, "0"), &glob, "1MiB");
+    let mut c = s.shimmed("read", "0", "1MiB");
     // SAFETY: setrlimit is async-signal-safe; it runs in the child before exec.
     unsafe {
         c.pre_exec(|| {

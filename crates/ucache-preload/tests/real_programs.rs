@@ -53,14 +53,33 @@ fn sql_workload() -> String {
     s
 }
 
-fn sqlite(db: &Path, sql: &str, shim: Option<&str>) -> std::process::Output {
+/// `cmd` as it is (`glob` `None`), or under the shim caching the files that match `glob`.
+fn through_shim(cmd: Command, glob: Option<&str>) -> Command {
+    match glob {
+        Some(glob) => under_shim(cmd, glob, BUDGET),
+        None => cmd,
+    }
+}
+
+/// Runs `cmd` as [`through_shim`] makes it and returns its stdout, checking that it succeeded
+/// and, through the shim, that the shim mapped something.
+fn run_ok(cmd: Command, glob: Option<&str>, what: &str) -> String {
+    let out = run(through_shim(cmd, glob));
+    let stdout = ok(&out, what);
+    if glob.is_some() {
+        assert!(
+            shim_mappings(&out.stderr) > 0,
+            "{what}: the shim mapped nothing: {}",
+            text(&out.stderr)
+        );
+    }
+    stdout
+}
+
+fn sqlite(db: &Path, sql: &str) -> Command {
     let mut c = Command::new("sqlite3");
     c.arg("-batch").arg(db).arg(sql);
-    let c = match shim {
-        Some(glob) => under_shim(c, glob, BUDGET),
-        None => c,
-    };
-    run(c)
+    c
 }
 
 #[test]
@@ -71,24 +90,22 @@ fn sqlite3_in_mmap_mode() {
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path().join("plain.db");
     let b = dir.path().join("shim.db");
-    ok(&sqlite(&a, &sql_setup(), None), "sqlite3 setup");
+    run_ok(sqlite(&a, &sql_setup()), None, "sqlite3 setup");
     std::fs::copy(&a, &b).unwrap();
     let glob = format!("{}/shim.db", dir.path().display());
-    let plain = ok(&sqlite(&a, &sql_workload(), None), "sqlite3 plain");
-    let out = sqlite(&b, &sql_workload(), Some(&glob));
-    let shim = ok(&out, "sqlite3 through the shim");
+    let plain = run_ok(sqlite(&a, &sql_workload()), None, "sqlite3 plain");
+    let shim = run_ok(
+        sqlite(&b, &sql_workload()),
+        Some(&glob),
+        "sqlite3 through the shim",
+    );
     assert!(
         plain.contains("\nok\n") || plain.ends_with("ok\n"),
         "{plain}"
     );
     assert_eq!(plain, shim);
-    assert!(
-        shim_mappings(&out.stderr) > 0,
-        "sqlite3 mapped nothing through the shim: {}",
-        text(&out.stderr)
-    );
     // The files hold the same rows afterwards (read plain).
-    let dump = |db: &Path| ok(&sqlite(db, ".dump", None), "sqlite3 .dump");
+    let dump = |db: &Path| run_ok(sqlite(db, ".dump"), None, "sqlite3 .dump");
     assert_eq!(dump(&a), dump(&b));
 }
 
@@ -124,16 +141,8 @@ fn lmdb_tools() {
         );
         let mut c = Command::new("sh");
         c.args(["-c", &shell]);
-        let c = if name == "shim" {
-            under_shim(c, &glob, BUDGET)
-        } else {
-            c
-        };
-        let out = run(c);
-        let stdout = ok(&out, &format!("lmdb tools {name}"));
-        if name == "shim" {
-            assert!(shim_mappings(&out.stderr) > 0, "{}", text(&out.stderr));
-        }
+        let glob = (name == "shim").then_some(glob.as_str());
+        let stdout = run_ok(c, glob, &format!("lmdb tools {name}"));
         results.push(stdout.replace(&env.display().to_string(), "ENV"));
     }
     assert!(results[0].contains("Entries: 20001") || results[0].contains("Entries: 20000"));
@@ -182,30 +191,15 @@ fn ripgrep_with_mmap() {
         "needle",
     ];
     let mut runs = Vec::new();
-    for shim in [false, true] {
+    for glob in [None, Some(glob.as_str())] {
         let mut c = Command::new("rg");
         c.args(args).arg(&tree);
-        let c = if shim {
-            under_shim(c, &glob, BUDGET)
-        } else {
-            c
-        };
-        let out = run(c);
-        let stdout = ok(&out, "rg");
-        if shim {
-            assert!(shim_mappings(&out.stderr) > 0, "{}", text(&out.stderr));
-        }
-        runs.push(stdout);
+        runs.push(run_ok(c, glob, "rg"));
         // And the matching lines themselves, for one large file.
         let mut c = Command::new("rg");
         c.args(["--mmap", "--no-config", "-n", "needle needle"])
             .arg(tree.join("d5/f19.txt"));
-        let c = if shim {
-            under_shim(c, &glob, BUDGET)
-        } else {
-            c
-        };
-        runs.push(text(&run(c).stdout));
+        runs.push(text(&run(through_shim(c, glob)).stdout));
     }
     assert!(!runs[0].is_empty());
     assert_eq!(runs[0], runs[2]);

@@ -48,10 +48,32 @@ impl Mapping {
     fn get(&self) -> PyResult<Arc<CoreMapping>> {
         self.inner.read().clone().ok_or_else(|| closed(&self.name))
     }
+
+    /// Runs the explicit primitive `op` on the range (checked as [`range`] does) with the GIL
+    /// released.
+    fn range_op(
+        &self,
+        py: Python<'_>,
+        offset: u64,
+        length: Option<u64>,
+        op: fn(&CoreMapping, u64, u64) -> ucache_core::Result<()>,
+    ) -> PyResult<()> {
+        let m = self.get()?;
+        let (o, n) = range(&m, offset, length)?;
+        py.detach(|| op(&m, o, n)).py_err()
+    }
 }
 
 fn closed(name: &str) -> PyErr {
     raise(Kind::Closed, format!("mapping of '{name}' is closed"))
+}
+
+/// `OutOfRange` for buffer `index` of `m`, past its last.
+fn past_last(m: &CoreMapping, index: u64) -> PyErr {
+    raise(
+        Kind::OutOfRange,
+        format!("buffer {index} is past the last buffer ({})", m.buffers()),
+    )
 }
 
 /// `[offset, offset + length)` checked against the mapping; `length` defaults to the rest.
@@ -152,10 +174,7 @@ impl Mapping {
         let m = self.get()?;
         match m.state(index) {
             Some(w) => Ok(w.phase() == ucache_core::state::Phase::Cached),
-            None => Err(raise(
-                Kind::OutOfRange,
-                format!("buffer {index} is past the last buffer ({})", m.buffers()),
-            )),
+            None => Err(past_last(&m, index)),
         }
     }
     /// The buffer holding byte `offset`.
@@ -168,41 +187,31 @@ impl Mapping {
     /// Brings the buffers overlapping the range into memory (one batch of reads).
     #[pyo3(signature = (offset = 0, length = None))]
     fn ensure_cached(&self, py: Python<'_>, offset: u64, length: Option<u64>) -> PyResult<()> {
-        let m = self.get()?;
-        let (o, n) = range(&m, offset, length)?;
-        py.detach(|| m.ensure_cached(o, n)).py_err()
+        self.range_op(py, offset, length, CoreMapping::ensure_cached)
     }
 
     /// Starts loading the buffers overlapping the range in the background.
     #[pyo3(signature = (offset = 0, length = None))]
     fn prefetch(&self, py: Python<'_>, offset: u64, length: Option<u64>) -> PyResult<()> {
-        let m = self.get()?;
-        let (o, n) = range(&m, offset, length)?;
-        py.detach(|| m.prefetch(o, n)).py_err()
+        self.range_op(py, offset, length, CoreMapping::prefetch)
     }
 
     /// Evicts the unpinned buffers overlapping the range, writing dirty ones back first.
     #[pyo3(signature = (offset = 0, length = None))]
     fn evict(&self, py: Python<'_>, offset: u64, length: Option<u64>) -> PyResult<()> {
-        let m = self.get()?;
-        let (o, n) = range(&m, offset, length)?;
-        py.detach(|| m.evict(o, n)).py_err()
+        self.range_op(py, offset, length, CoreMapping::evict)
     }
 
     /// Starts writing back the dirty buffers overlapping the range.
     #[pyo3(signature = (offset = 0, length = None))]
     fn writeback(&self, py: Python<'_>, offset: u64, length: Option<u64>) -> PyResult<()> {
-        let m = self.get()?;
-        let (o, n) = range(&m, offset, length)?;
-        py.detach(|| m.writeback(o, n)).py_err()
+        self.range_op(py, offset, length, CoreMapping::writeback)
     }
 
     /// Writes back the dirty buffers overlapping the range and makes them durable.
     #[pyo3(signature = (offset = 0, length = None))]
     fn msync(&self, py: Python<'_>, offset: u64, length: Option<u64>) -> PyResult<()> {
-        let m = self.get()?;
-        let (o, n) = range(&m, offset, length)?;
-        py.detach(|| m.msync(o, n)).py_err()
+        self.range_op(py, offset, length, CoreMapping::msync)
     }
 
     /// Lifts the poison of a failed sync; returns the failure it cleared, if any.
@@ -240,10 +249,7 @@ impl Mapping {
     fn pin(&self, py: Python<'_>, index: u64, exclusive: bool) -> PyResult<Pin> {
         let m = self.get()?;
         if index >= m.buffers() {
-            return Err(raise(
-                Kind::OutOfRange,
-                format!("buffer {index} is past the last buffer ({})", m.buffers()),
-            ));
+            return Err(past_last(&m, index));
         }
         Pin::new(py, m, &self.name, index, exclusive)
     }

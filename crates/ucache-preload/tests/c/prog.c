@@ -75,12 +75,20 @@ static int all_pat(const unsigned char *m, size_t from, size_t to, unsigned seed
     return 1;
 }
 
-static void mode_read(const char *path) {
+/* Fills the file at `path` with pattern 1, opens it with `oflags` (into *fd) and maps all of
+ * it shared with `prot`: a mapping that must be the shim's if EXPECT_SHIM says so. */
+static unsigned char *map_filled(const char *path, int oflags, int prot, int *fd) {
     fill(path, 1);
-    int fd = open(path, O_RDONLY);
-    unsigned char *m = mmap(NULL, SIZE, PROT_READ, MAP_SHARED, fd, 0);
+    *fd = open(path, oflags);
+    unsigned char *m = mmap(NULL, SIZE, prot, MAP_SHARED, *fd, 0);
     CHECK(m != MAP_FAILED);
     expect_shim(m);
+    return m;
+}
+
+static void mode_read(const char *path) {
+    int fd;
+    unsigned char *m = map_filled(path, O_RDONLY, PROT_READ, &fd);
     CHECK(all_pat(m, 0, SIZE, 1));
     /* Random order, twice: misses after evictions read the right bytes again. */
     for (int r = 0; r < 2; r++)
@@ -98,11 +106,8 @@ static void mode_read(const char *path) {
 }
 
 static void mode_write(const char *path) {
-    fill(path, 1);
-    int fd = open(path, O_RDWR);
-    unsigned char *m = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    CHECK(m != MAP_FAILED);
-    expect_shim(m);
+    int fd;
+    unsigned char *m = map_filled(path, O_RDWR, PROT_READ | PROT_WRITE, &fd);
     for (size_t i = 0; i < SIZE; i++) m[i] = pat(i, 2);
     CHECK(msync(m, SIZE, MS_SYNC) == 0);
     unsigned char *b = malloc(SIZE);
@@ -191,11 +196,8 @@ static void mode_mix(const char *path) {
 }
 
 static void mode_fork(const char *path) {
-    fill(path, 1);
-    int fd = open(path, O_RDWR);
-    unsigned char *m = mmap(NULL, SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    CHECK(m != MAP_FAILED);
-    expect_shim(m);
+    int fd;
+    unsigned char *m = map_filled(path, O_RDWR, PROT_READ | PROT_WRITE, &fd);
     for (size_t i = 0; i < SIZE; i += 2) m[i] = pat(i, 4);
     pid_t pid = fork();
     if (pid == 0) {
@@ -218,11 +220,8 @@ static void mode_fork(const char *path) {
 
 /* Shrinks the file under the mapping; the access past the new end must get SIGBUS. */
 static void mode_truncate(const char *path) {
-    fill(path, 1);
-    int fd = open(path, O_RDWR);
-    unsigned char *m = mmap(NULL, SIZE, PROT_READ, MAP_SHARED, fd, 0);
-    CHECK(m != MAP_FAILED);
-    expect_shim(m);
+    int fd;
+    unsigned char *m = map_filled(path, O_RDWR, PROT_READ, &fd);
     CHECK(all_pat(m, 0, SIZE, 1));
     CHECK(ftruncate(fd, SIZE / 2 + 100) == 0);
     /* Within the new end: fine; past it within the last page: zeros. */
@@ -262,11 +261,8 @@ static void mode_private(const char *path) {
 
 /* Maps, then execs itself: the new image must hold none of the shim's descriptors. */
 static void mode_exec(const char *path, char *self) {
-    fill(path, 1);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    unsigned char *m = mmap(NULL, SIZE, PROT_READ, MAP_SHARED, fd, 0);
-    CHECK(m != MAP_FAILED);
-    expect_shim(m);
+    int fd;
+    unsigned char *m = map_filled(path, O_RDONLY | O_CLOEXEC, PROT_READ, &fd);
     CHECK(m[100] == pat(100, 1));
     char *argv[] = {self, "after-exec", (char *)path, NULL};
     if (!failed) execv(self, argv);
