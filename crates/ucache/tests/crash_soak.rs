@@ -19,7 +19,14 @@ fn scratch() -> tempfile::TempDir {
 fn soak_files(label: &str, test: &str, make: &dyn Fn() -> Arc<dyn Store>) {
     let dir = scratch();
     let object = dir.path().join("data");
-    Soak { label, test, make }.run(dir.path(), object.to_str().unwrap());
+    Soak {
+        label,
+        test,
+        make,
+        pace: 1,
+        cycles: soak::DEFAULT_CYCLES,
+    }
+    .run(dir.path(), object.to_str().unwrap());
 }
 
 #[test]

@@ -54,8 +54,8 @@ pub const BUFFERS: u64 = 256;
 pub const BUDGET: u64 = 32;
 /// Writer threads in the child.
 pub const WRITERS: u64 = 8;
-/// Cycles per store when the environment asks for none.
-pub const DEFAULT_CYCLES: u64 = 12;
+/// Cycles per local store when the environment asks for none.
+pub const DEFAULT_CYCLES: u64 = 40;
 /// How long a watchdog waits before it calls the child or the check hung: minutes, far above
 /// any plausible run (tests/common/mod.rs, `HANG`).
 pub const HANG: Duration = Duration::from_secs(300);
@@ -105,6 +105,12 @@ pub struct Soak<'a> {
     pub label: &'a str,
     pub test: &'a str,
     pub make: &'a dyn Fn() -> Arc<dyn Store>,
+    /// How much slower than a local file the store is (1 for files): stretches the time
+    /// between injected faults and the parent's kill delays, so that a slow store still
+    /// acknowledges msyncs between faults and reaches its kill points.
+    pub pace: u64,
+    /// Cycles when the environment asks for none.
+    pub cycles: u64,
 }
 
 /// What a soak did, for the summary line.
@@ -198,7 +204,7 @@ impl Soak<'_> {
                 .as_nanos() as u64
         });
         let seconds = env_u64("UCACHE_SOAK_SECONDS");
-        let cycles = env_u64("UCACHE_SOAK_CYCLES").unwrap_or(DEFAULT_CYCLES);
+        let cycles = env_u64("UCACHE_SOAK_CYCLES").unwrap_or(self.cycles);
         eprintln!(
             "soak {}: seed {seed} (UCACHE_SOAK_SEED), {}",
             self.label,
@@ -311,7 +317,7 @@ impl Soak<'_> {
             }
         }
         // The fallback: nobody waits for a point the child never reaches.
-        let fallback = Duration::from_millis(rng.gen_range(100..1500));
+        let fallback = Duration::from_millis(rng.gen_range(100..1500) * self.pace);
         let deadline = Instant::now() + fallback;
         let mut msyncs_seen = 0;
         let skip = rng.gen_range(0..20);
@@ -501,7 +507,7 @@ fn child(soak: &Soak<'_>) -> ! {
         point: kill,
         armed: AtomicBool::new(false),
         // Which arrival kills: not always the first, so the child gets going.
-        countdown: AtomicU64::new(rng.gen_range(1..40)),
+        countdown: AtomicU64::new(rng.gen_range(1..(40 / soak.pace).max(2))),
         counters: counters.clone(),
     });
     let killer = Arc::new(KillStore {
@@ -556,7 +562,8 @@ fn child(soak: &Soak<'_>) -> ! {
     {
         let f = faults.clone();
         let mut rng = SmallRng::seed_from_u64(seed ^ 0xC4A05);
-        std::thread::spawn(move || chaos(&f, &mut rng));
+        let pace = soak.pace;
+        std::thread::spawn(move || chaos(&f, &mut rng, pace));
     }
     for w in 0..WRITERS {
         let m = m.clone();
@@ -580,9 +587,9 @@ fn child(soak: &Soak<'_>) -> ! {
 }
 
 /// Flips faults on and off at random for the rest of the child's life.
-fn chaos(f: &FaultConfig, rng: &mut SmallRng) -> ! {
+fn chaos(f: &FaultConfig, rng: &mut SmallRng, pace: u64) -> ! {
     loop {
-        std::thread::sleep(Duration::from_micros(rng.gen_range(500..15000)));
+        std::thread::sleep(Duration::from_micros(rng.gen_range(500..15000) * pace));
         match rng.gen_range(0..10) {
             0 | 1 => {
                 // The store refuses writes for a moment: write-backs fail, buffers stay dirty.
