@@ -235,7 +235,10 @@ impl FaultObject {
         let mut old = Saved::new(len);
         let mut got = 0;
         while got < len {
-            match self.inner.read_at(&mut old.bytes_mut()[got..], offset + got as u64) {
+            match self
+                .inner
+                .read_at(&mut old.bytes_mut()[got..], offset + got as u64)
+            {
                 Ok(0) | Err(_) => break,
                 Ok(n) => got += n,
             }
@@ -487,7 +490,13 @@ mod tests {
         let path = scratch.path().join("obj");
         let store = FaultStore::new(Arc::new(crate::store::FileStore::direct()));
         let obj = store
-            .open(path.to_str().unwrap(), OpenOptions { write: true, create: true })
+            .open(
+                path.to_str().unwrap(),
+                OpenOptions {
+                    write: true,
+                    create: true,
+                },
+            )
             .unwrap();
         let cfg = store.config();
         cfg.lose_unsynced_on_failed_sync.store(true, Relaxed);
