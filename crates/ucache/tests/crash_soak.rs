@@ -49,3 +49,36 @@ fn soak_uring() {
         Arc::new(UringStore::new(UringOptions::default()).unwrap())
     });
 }
+
+/// The checker itself: a torn record, a misplaced one and garbage are all caught; zeros are
+/// "never written".
+#[test]
+fn the_record_check_catches_torn_misplaced_and_garbage_buffers() {
+    let r = soak::record(9, 4, 2);
+    assert_eq!(soak::check_record(9, &r), Ok(Some(4)));
+    assert_eq!(soak::check_record(9, &vec![0u8; soak::BS]), Ok(None));
+    let mut torn = r.clone();
+    torn[soak::BS / 2..].copy_from_slice(&soak::record(9, 5, 2)[soak::BS / 2..]);
+    assert!(soak::check_record(9, &torn).unwrap_err().contains("torn"));
+    assert!(soak::check_record(17, &r)
+        .unwrap_err()
+        .contains("misplaced"));
+    let mut garbage = vec![0u8; soak::BS];
+    garbage[100] = 1;
+    assert!(soak::check_record(9, &garbage)
+        .unwrap_err()
+        .contains("garbage"));
+}
+
+/// A ledger line the kill cut short is ignored and cut off, so that the next child's first
+/// line does not continue it into a bogus fact.
+#[test]
+fn a_ledger_line_cut_short_is_dropped() {
+    let dir = scratch();
+    let path = dir.path().join("ledger");
+    std::fs::write(&path, "3 7\n12 3").unwrap();
+    let acked = soak::read_ledger(&path);
+    assert_eq!(acked.get(&3), Some(&7));
+    assert_eq!(acked.get(&12), None);
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "3 7\n");
+}

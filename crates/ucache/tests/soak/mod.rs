@@ -450,12 +450,19 @@ fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static)
 }
 
 /// The highest acknowledged version of each buffer. Lines are `buffer version\n`; a last line
-/// the kill cut short is ignored (its msync was acknowledged, but the parent cannot know it).
+/// the kill cut short is ignored (its msync was acknowledged, but the parent cannot know it)
+/// and cut off the file, so that the next child's first line does not continue it.
 pub fn read_ledger(path: &Path) -> HashMap<u64, u64> {
     let mut acked = HashMap::new();
     let Ok(text) = std::fs::read_to_string(path) else {
         return acked;
     };
+    if !text.is_empty() && !text.ends_with('\n') {
+        let keep = text.rfind('\n').map_or(0, |i| i + 1);
+        let f = FsOpen::new().write(true).open(path).unwrap();
+        f.set_len(keep as u64).unwrap();
+        f.sync_all().unwrap();
+    }
     for line in text.split_inclusive('\n') {
         let Some(line) = line.strip_suffix('\n') else {
             break;
