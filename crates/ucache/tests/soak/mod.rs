@@ -373,18 +373,19 @@ impl Soak<'_> {
                 t.poisoned += poisoned;
             }
         }
-        let (bytes, acked_buffers) = self.verify(object, ledger, n);
+        let (bytes, acked_buffers) = self.verify(object, ledger, &format!("{n} ({how})"));
         t.bytes_verified += bytes;
         t.buffers_acked = acked_buffers;
     }
 
     /// Reopens the object in this process (no faults) and checks every buffer against the
     /// ledger. Returns the bytes checked and how many buffers the ledger has acknowledged.
-    fn verify(&self, object: &str, ledger: &Path, cycle: u64) -> (u64, u64) {
+    fn verify(&self, object: &str, ledger: &Path, cycle: &str) -> (u64, u64) {
         let acked = read_ledger(ledger);
         let store = (self.make)();
         let object = object.to_string();
         let label = self.label.to_string();
+        let cycle = cycle.to_string();
         within(&format!("{label}: check after cycle {cycle}"), move || {
             let cache = Cache::new(CacheOptions::new(BUDGET * BS as u64).batch(4)).unwrap();
             let m = cache
@@ -406,7 +407,9 @@ impl Soak<'_> {
                         "buffer {b}: zeros, though version {w} was acknowledged"
                     )),
                     (Ok(Some(v)), Some(w)) if v < w => problems.push(format!(
-                        "buffer {b}: version {v}, though version {w} was acknowledged"
+                        "buffer {b}: version {v} (written in cycle {}), though version {w} was \
+                         acknowledged",
+                        word(&g, 32)
                     )),
                     _ => {}
                 }
