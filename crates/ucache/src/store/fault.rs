@@ -182,7 +182,39 @@ pub struct FaultObject {
     config: Arc<FaultConfig>,
     /// With [`FaultConfig::lose_unsynced_on_failed_sync`]: the bytes each write since the last
     /// good sync replaced, oldest first, to be put back when a sync fails.
-    unsynced: parking_lot::Mutex<Vec<(u64, Vec<u8>)>>,
+    unsynced: parking_lot::Mutex<Vec<(u64, Saved)>>,
+}
+
+/// A page of memory aligned as `O_DIRECT` needs it.
+#[derive(Clone, Copy)]
+#[repr(C, align(4096))]
+struct Page([u8; 4096]);
+
+/// The bytes a write replaced, kept in 4 KiB-aligned memory: an `O_DIRECT` object (a direct
+/// `FileStore`, a `UringStore`) refuses to read into or write from unaligned memory, so with a
+/// plain `Vec<u8>` the old bytes could not be read and a failed sync lost nothing there.
+struct Saved {
+    pages: Vec<Page>,
+    len: usize,
+}
+
+impl Saved {
+    fn new(len: usize) -> Saved {
+        Saved {
+            pages: vec![Page([0; 4096]); len.div_ceil(4096)],
+            len,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `pages` holds at least `len` initialised bytes (`len` only ever shrinks).
+        unsafe { std::slice::from_raw_parts(self.pages.as_ptr().cast::<u8>(), self.len) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and `&mut self` makes the access exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.pages.as_mut_ptr().cast::<u8>(), self.len) }
+    }
 }
 
 impl FaultObject {
@@ -200,15 +232,18 @@ impl FaultObject {
         if !self.config.lose_unsynced_on_failed_sync.load(Relaxed) {
             return;
         }
-        let mut old = vec![0u8; len];
+        let mut old = Saved::new(len);
         let mut got = 0;
         while got < len {
-            match self.inner.read_at(&mut old[got..], offset + got as u64) {
+            match self
+                .inner
+                .read_at(&mut old.bytes_mut()[got..], offset + got as u64)
+            {
                 Ok(0) | Err(_) => break,
                 Ok(n) => got += n,
             }
         }
-        old.truncate(got);
+        old.len = got;
         self.unsynced.lock().push((offset, old));
     }
 
@@ -216,7 +251,7 @@ impl FaultObject {
     fn lose_unsynced(&self) {
         let undo = std::mem::take(&mut *self.unsynced.lock());
         for (offset, old) in undo.into_iter().rev() {
-            let _ = self.inner.write_at(&old, offset);
+            let _ = self.inner.write_at(old.bytes(), offset);
         }
         let _ = self.inner.sync();
     }
@@ -441,6 +476,41 @@ mod tests {
         obj.write_at(&[6u8; 16], 0).unwrap();
         obj.sync().unwrap();
         assert_eq!(mem.get("obj").unwrap()[..16], [6u8; 16]);
+    }
+
+    /// The same over an `O_DIRECT` file, which refuses unaligned memory: the old bytes used to
+    /// be read into a plain `Vec`, that read failed, and the failed sync lost nothing (found by
+    /// tests/crash_soak.rs, whose direct and io_uring runs could not see a missing rewrite).
+    #[test]
+    fn a_failed_sync_loses_the_unsynced_writes_of_a_direct_file() {
+        let scratch = crate::store::testutil::scratch();
+        if !scratch.direct_ok() {
+            return;
+        }
+        let path = scratch.path().join("obj");
+        let store = FaultStore::new(Arc::new(crate::store::FileStore::direct()));
+        let obj = store
+            .open(
+                path.to_str().unwrap(),
+                OpenOptions {
+                    write: true,
+                    create: true,
+                },
+            )
+            .unwrap();
+        let cfg = store.config();
+        cfg.lose_unsynced_on_failed_sync.store(true, Relaxed);
+        let mut page = crate::store::testutil::AlignedBuf::new(8192);
+        page.fill(7);
+        obj.write_at(&page, 0).unwrap();
+        obj.sync().unwrap();
+        page.fill(8);
+        obj.write_at(&page, 0).unwrap();
+        cfg.fail_next_sync.store(true, Relaxed);
+        assert!(obj.sync().is_err());
+        let mut back = crate::store::testutil::AlignedBuf::new(8192);
+        assert_eq!(obj.read_at(&mut back, 0).unwrap(), 8192);
+        assert!(back.iter().all(|&b| b == 7), "back to the last good sync");
     }
 
     #[test]
