@@ -181,11 +181,14 @@ fn concurrent_maps_without_address_reuse_register_the_right_ranges() {
             .unwrap_or(2);
         let barrier = std::sync::Barrier::new(nt);
         let rounds = AtomicU64::new(0);
+        // One clock and one decision for all threads: each deciding on a clock of its own,
+        // one could leave while another, a moment behind, waited at the next barrier for ever.
+        let t0 = Instant::now();
+        let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
             for _ in 0..nt {
                 s.spawn(|| {
-                    let t0 = Instant::now();
-                    while t0.elapsed() < Duration::from_secs(4) {
+                    loop {
                         barrier.wait();
                         let mut ms = Vec::new();
                         for _ in 0..100 {
@@ -201,11 +204,13 @@ fn concurrent_maps_without_address_reuse_register_the_right_ranges() {
                             m.unmap().unwrap();
                         }
                         rounds.fetch_add(1, Ordering::Relaxed);
-                        barrier.wait();
-                        if t0.elapsed() >= Duration::from_secs(4) {
-                            break;
+                        if barrier.wait().is_leader() {
+                            stop.store(t0.elapsed() >= Duration::from_secs(4), Ordering::Relaxed);
                         }
                         barrier.wait();
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
                     }
                 });
             }

@@ -37,6 +37,18 @@ struct Syncs {
     failures: u64,
     /// The first failed sync that may have lost counted write-backs, until cleared.
     poison: Option<String>,
+    /// Failed syncs that poisoned (or found poisoned) the mapping, so far: an msync during
+    /// which this moved vouches for nothing, even if the poison was cleared before it ended.
+    poisonings: u64,
+    /// The failure behind the latest poisoning, kept past its clearing for that msync's error.
+    last_poison: String,
+}
+
+/// Where the poison stood when an msync began ([`SyncLedger::poison_mark`]).
+#[derive(Clone, Copy)]
+pub(super) struct PoisonMark {
+    poisonings: u64,
+    poisoned: bool,
 }
 
 /// A failed sync, or one that cannot vouch for the writes before it.
@@ -87,15 +99,33 @@ impl SyncLedger {
                 s.failures += 1;
                 if self.started.load(Ordering::Acquire) > s.durable {
                     s.poison.get_or_insert_with(|| e.to_string());
+                    s.poisonings += 1;
+                    s.last_poison = e.to_string();
                 }
                 Err(SyncError::Failed(e))
             }
         }
     }
 
-    /// The failure that poisoned the mapping, if any.
-    pub(super) fn poison(&self) -> Option<String> {
-        self.syncs.lock().poison.clone()
+    /// Where the poison stands, for [`SyncLedger::poisoned_since`] at the end of an msync.
+    pub(super) fn poison_mark(&self) -> PoisonMark {
+        let s = self.syncs.lock();
+        PoisonMark {
+            poisonings: s.poisonings,
+            poisoned: s.poison.is_some(),
+        }
+    }
+
+    /// The failure that poisoned the mapping, if it is poisoned now, was when `mark` was
+    /// taken, or was poisoned again since: an msync that overlapped a poisoning cannot vouch
+    /// for what the lost writes held, whoever cleared it meanwhile.
+    pub(super) fn poisoned_since(&self, mark: PoisonMark) -> Option<String> {
+        let s = self.syncs.lock();
+        match &s.poison {
+            Some(first) => Some(first.clone()),
+            None if mark.poisoned || s.poisonings != mark.poisonings => Some(s.last_poison.clone()),
+            None => None,
+        }
     }
 
     /// Lifts the poison: the application has dealt with what may have been lost, so every
@@ -118,22 +148,39 @@ mod tests {
     #[test]
     fn a_failure_poisons_only_if_clean_writes_were_uncovered() {
         let l = SyncLedger::default();
+        let mark = l.poison_mark();
         assert!(matches!(l.sync(l.epoch(), fail), Err(SyncError::Failed(_))));
-        assert!(l.poison().is_none(), "nothing written outside msync");
+        assert!(
+            l.poisoned_since(mark).is_none(),
+            "nothing written outside msync"
+        );
         l.begin_clean_writes(2);
         l.end_clean_writes(2);
         assert!(l.sync(l.epoch(), || Ok(())).is_ok());
         assert!(l.sync(l.epoch(), fail).is_err());
         assert!(
-            l.poison().is_none(),
+            l.poisoned_since(mark).is_none(),
             "the writes were covered by a good sync"
         );
         l.begin_clean_writes(1);
         assert!(l.sync(l.epoch(), fail).is_err());
-        assert_eq!(l.poison().as_deref(), Some("EIO"), "one in flight");
+        let mark = l.poison_mark();
+        assert_eq!(
+            l.poisoned_since(mark).as_deref(),
+            Some("EIO"),
+            "one in flight"
+        );
         assert!(l.clear().is_some());
+        assert!(
+            l.poisoned_since(mark).is_some(),
+            "poisoned when the mark was taken"
+        );
+        let mark = l.poison_mark();
         assert!(l.sync(l.epoch(), fail).is_err());
-        assert!(l.poison().is_none(), "cleared writes are settled");
+        assert!(
+            l.poisoned_since(mark).is_none(),
+            "cleared writes are settled"
+        );
     }
 
     #[test]
@@ -160,7 +207,23 @@ mod tests {
                 Ok(())
             })
             .is_ok());
+        let mark = l.poison_mark();
         assert!(l.sync(l.epoch(), fail).is_err());
-        assert!(l.poison().is_some());
+        assert!(l.poisoned_since(mark).is_some());
+    }
+
+    /// An msync that began before a poisoning, which another thread cleared before the msync
+    /// ended, still fails: its writes may be among those lost.
+    #[test]
+    fn a_poisoning_cleared_during_an_msync_still_fails_it() {
+        let l = SyncLedger::default();
+        let mark = l.poison_mark();
+        l.begin_clean_writes(1);
+        l.end_clean_writes(1);
+        assert!(l.sync(l.epoch(), fail).is_err());
+        assert!(l.clear().is_some());
+        assert!(l.sync(l.epoch(), || Ok(())).is_ok());
+        assert_eq!(l.poisoned_since(mark).as_deref(), Some("EIO"));
+        assert!(l.poisoned_since(l.poison_mark()).is_none());
     }
 }

@@ -163,6 +163,7 @@ impl MappingCore {
         }
         let mut errors = Vec::new();
         let mut sync_error = None;
+        let mark = self.sync_ledger.poison_mark();
         let mut pending: Vec<u64> = r.collect();
         loop {
             let mut mine = Vec::new();
@@ -208,7 +209,7 @@ impl MappingCore {
         if let Some(e) = sync_error {
             return Err(e);
         }
-        match self.sync_ledger.poison() {
+        match self.sync_ledger.poisoned_since(mark) {
             Some(first) => Err(Error::SyncPoisoned {
                 object: self.object.name().to_string(),
                 first,
