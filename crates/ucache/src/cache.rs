@@ -405,7 +405,10 @@ impl CacheCore {
                 return Ok((m.clone(), (a - base) as u64));
             }
         }
-        Err(Error::OutOfRange { addr: a, len })
+        Err(Error::OutOfRange(crate::error::Bounds::Address {
+            addr: a,
+            len,
+        }))
     }
 
     pub(crate) fn add_mapping(&self, m: Arc<MappingCore>) {

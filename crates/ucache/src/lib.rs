@@ -35,7 +35,7 @@ pub use cache::{
     Cache, CacheOptions, BACKGROUND_EVICTION_BATCHES, DEFAULT_BATCH_BYTES, DEFAULT_BUDGET_WAIT,
     MAX_BATCH,
 };
-pub use error::{Error, Result};
+pub use error::{Bounds, Error, Result};
 pub use fault::{FaultAction, FaultHandling, FaultHook};
 pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};
 pub use mapping::{MapOptions, Mapping, UnmapError};

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::cache::CacheCore;
-use crate::error::{Error, Result};
+use crate::error::{Bounds, Error, Result};
 use crate::fault::{FaultHandling, FaultHook};
 use crate::fault_thread::FaultThreads;
 use crate::policy::prefetch::{ReadAhead, WithPrefetch};
@@ -167,7 +167,9 @@ impl MappingCore {
         let opened =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| store.open(object, options)));
         let obj: Arc<dyn Object> = match opened {
-            Ok(Err(Error::NotFound { .. })) if o.create => {
+            // Only without a length: with one, `create` was asked of the store, and its
+            // `NotFound` (a missing directory, say) is the store's to tell.
+            Ok(Err(Error::NotFound { .. })) if o.create && o.len.is_none() => {
                 return Err(Error::BadLength {
                     len: 0,
                     why: "a new object is empty: give the length to map",
@@ -400,10 +402,10 @@ impl MappingCore {
 
     #[cold]
     fn out_of_range(&self, i: u64) -> Error {
-        Error::OutOfRange {
-            addr: (self.base() as usize).wrapping_add((i as usize).wrapping_mul(self.bs)),
-            len: self.bs,
-        }
+        Error::OutOfRange(Bounds::Buffer {
+            index: i,
+            buffers: self.buffers(),
+        })
     }
 
     /// The error for a wait on buffer `i` that this very thread would have to end, if it
@@ -442,10 +444,11 @@ impl MappingCore {
                 }
                 Ok(offset >> self.shift..((end - 1) >> self.shift) + 1)
             }
-            _ => Err(Error::OutOfRange {
-                addr: (self.base() as usize).wrapping_add(offset as usize),
-                len: len as usize,
-            }),
+            _ => Err(Error::OutOfRange(Bounds::Range {
+                offset,
+                len,
+                mapping_len: self.len,
+            })),
         }
     }
 }

@@ -15,8 +15,9 @@
 //!   time); after a successful `msync` every buffer overlapping its range holds the model's
 //!   bytes in the store, and after `unmap` the whole object equals the model.
 //! - Errors: range calls check `offset + len <= mapping length` (overflow included) and report
-//!   `OutOfRange { addr: base + offset, len }`; index calls report the buffer's address and
-//!   the buffer size; `ensure_cached` of more distinct buffers than the budget holds is
+//!   `OutOfRange(Bounds::Range { offset, len, mapping_len })`; index calls report
+//!   `OutOfRange(Bounds::Buffer { index, buffers })`; the cache's address calls report
+//!   `OutOfRange(Bounds::Address { addr, len })`; `ensure_cached` of more distinct buffers than the budget holds is
 //!   `BadLength`; `msync` reports a refused wait as `WritebackFailed { first: WouldDeadlock }`
 //!   (as tests/msync.rs has it). A call refused by validation moves no hit or miss counter.
 //!
@@ -35,7 +36,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use ucache::policy::{policy_by_name, Buffers, Layout, Policy, POLICY_NAMES};
 use ucache::store::{FaultConfig, FaultStore, MemoryStore};
-use ucache::{Cache, CacheOptions, Error, FaultHandling, MapOptions, Mapping};
+use ucache::{Bounds, Cache, CacheOptions, Error, FaultHandling, MapOptions, Mapping};
 
 const NAME: &str = "obj";
 
@@ -666,9 +667,30 @@ impl Harness {
             Ix::Max => u64::MAX,
         }
     }
-    /// The address `OutOfRange` reports for mapping offset `off` (index `i` scaled for pins).
-    fn addr_of(&self, off_or_index: u64) -> usize {
-        (self.m.as_ptr() as usize).wrapping_add(off_or_index as usize)
+    /// Whether `e` is the `OutOfRange` of a range call for `(off, n)`: the range asked for and
+    /// the mapping's length.
+    fn oor_range(&self, e: &Error, off: u64, n: u64) -> bool {
+        let want = Bounds::Range {
+            offset: off,
+            len: n,
+            mapping_len: self.len,
+        };
+        matches!(e, Error::OutOfRange(b) if *b == want)
+    }
+    /// Whether `e` is the `OutOfRange` of an index call for buffer `i`: the index and the
+    /// buffer count.
+    fn oor_index(&self, e: &Error, i: u64) -> bool {
+        let want = Bounds::Buffer {
+            index: i,
+            buffers: self.nbuf,
+        };
+        matches!(e, Error::OutOfRange(b) if *b == want)
+    }
+    /// Whether `e` is the `OutOfRange` of an index-list call: the first index past the end.
+    fn oor_list(&self, e: &Error, idx: &[u64]) -> bool {
+        idx.iter()
+            .find(|&&i| i >= self.nbuf)
+            .is_some_and(|&i| self.oor_index(e, i))
     }
 
     fn budget_bufs(&self) -> u64 {
@@ -762,12 +784,7 @@ impl Harness {
             r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
             Some((off, n))
         } else {
-            self.expect_refused(
-                &r,
-                before,
-                |e| oor_at(e, self.addr_of(off), n as usize),
-                what,
-            );
+            self.expect_refused(&r, before, |e| self.oor_range(e, off, n), what);
             None
         }
     }
@@ -781,12 +798,7 @@ impl Harness {
         i: u64,
         what: &str,
     ) {
-        self.expect_refused(
-            r,
-            before,
-            |e| oor_at(e, self.addr_of(i.wrapping_mul(self.bs)), self.bs as usize),
-            what,
-        );
+        self.expect_refused(r, before, |e| self.oor_index(e, i), what);
     }
 
     fn demand_counters(&self) -> (u64, u64) {
@@ -896,7 +908,7 @@ impl Harness {
                     self.expect_refused(
                         &r,
                         before,
-                        |e| oor_at(e, self.addr_of(off), n as usize),
+                        |e| self.oor_range(e, off, n),
                         &format!("{what} ({off}, {n})"),
                     );
                 }
@@ -915,7 +927,7 @@ impl Harness {
                 distinct.sort_unstable();
                 distinct.dedup();
                 if idx.iter().any(|&i| i >= self.nbuf) {
-                    self.expect_refused(&r, before, is_oor, &what);
+                    self.expect_refused(&r, before, |e| self.oor_list(e, &idx), &what);
                 } else if distinct.len() as u64 > self.budget_bufs() {
                     self.expect_refused(&r, before, is_bad_length, &what);
                 } else {
@@ -934,7 +946,7 @@ impl Harness {
                 let before = self.demand_counters();
                 let r = self.m.prefetch_buffers(&idx);
                 if idx.iter().any(|&i| i >= self.nbuf) {
-                    self.expect_refused(&r, before, is_oor, &what);
+                    self.expect_refused(&r, before, |e| self.oor_list(e, &idx), &what);
                 } else {
                     r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
                 }
@@ -1047,12 +1059,7 @@ impl Harness {
     fn expect_ensure(&self, r: Result<(), Error>, rg: (u64, u64), before: (u64, u64), what: &str) {
         if !self.in_range(rg) {
             let (off, n) = rg;
-            self.expect_refused(
-                &r,
-                before,
-                |e| oor_at(e, self.addr_of(off), n as usize),
-                what,
-            );
+            self.expect_refused(&r, before, |e| self.oor_range(e, off, n), what);
         } else if self.buffers_of(rg).count() as u64 > self.budget_bufs() {
             let bytes = self.buffers_of(rg).count() as u64 * self.bs;
             self.expect_refused(
@@ -1254,7 +1261,17 @@ impl Harness {
         };
         let rg = (off, n as u64);
         if !self.in_range(rg) {
-            self.expect_refused(&r, before, is_oor, what);
+            // The address calls have only the address to name.
+            let want = Bounds::Address {
+                addr: addr as usize,
+                len: n,
+            };
+            self.expect_refused(
+                &r,
+                before,
+                |e| matches!(e, Error::OutOfRange(b) if *b == want),
+                what,
+            );
             return;
         }
         match o {
@@ -1415,14 +1432,6 @@ fn watched<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-fn is_oor(e: &Error) -> bool {
-    matches!(e, Error::OutOfRange { .. })
-}
-
-/// The `OutOfRange` of a range-based call names the range asked for.
-fn oor_at(e: &Error, addr: usize, len: usize) -> bool {
-    matches!(e, Error::OutOfRange { addr: a, len: l } if *a == addr && *l == len)
-}
 fn is_bad_length(e: &Error) -> bool {
     matches!(e, Error::BadLength { .. })
 }
