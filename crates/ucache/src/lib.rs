@@ -29,6 +29,7 @@ mod stats;
 mod stopwatch;
 pub mod store;
 mod sync;
+mod typed;
 mod uffd;
 
 pub use cache::{

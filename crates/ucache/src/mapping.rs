@@ -45,10 +45,13 @@ mod batch;
 mod evict;
 mod fault;
 mod handle;
+mod lists;
 mod options;
 mod pin;
 mod stream;
 mod sync_ledger;
+mod typed;
+mod write;
 mod writeback;
 
 use aside::AsidePool;
