@@ -26,6 +26,7 @@ mod sigbus;
 mod staging;
 pub mod state;
 mod stats;
+mod stats_display;
 mod stopwatch;
 pub mod store;
 mod sync;
