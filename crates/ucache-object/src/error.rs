@@ -46,7 +46,8 @@ pub(crate) fn dup(e: &io::Error) -> io::Error {
 /// Converts an error from opening `object` into the cache's error: a missing bucket is
 /// [`Error::BucketNotFound`], a missing key [`Error::NotFound`].
 pub(crate) fn open_error(object: &str, what: &str, e: object_store::Error) -> Error {
-    if matches!(e, object_store::Error::NotFound { .. }) && no_such_bucket(&e) {
+    // Any kind: a LIST's 404 comes back as a generic error, with the code in its body.
+    if no_such_bucket(&e) {
         return Error::BucketNotFound {
             bucket: bucket_of(object).to_string(),
             object: object.to_string(),

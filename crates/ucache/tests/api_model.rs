@@ -478,6 +478,20 @@ enum Op {
     FailSync(Rg),
     /// Pins buffer `raw % 32` of the neighbour mapping (if any).
     Neighbour(u64),
+    /// `Mapping::write` of `byte` over the range.
+    Write(Rg, u8),
+    /// `is_resident` of a buffer (only its refusal past the end is predictable).
+    IsResident(Ix),
+    EvictBuffers(Vec<Ix>),
+    WritebackBuffers(Vec<Ix>),
+    MsyncBuffers(Vec<Ix>),
+    /// A typed read at byte `pos % (valid - 3)` of a buffer through a shared pin and an
+    /// optimistic view, or (with a value, on a writable mapping) a typed write through an
+    /// exclusive pin.
+    Typed(Ix, u64, Option<u32>),
+    /// A typed slice over a transparent mapping: the range read through `as_slice` (read-only)
+    /// or `byte` stored over it through `as_mut_slice` (writable).
+    Slice(Rg, u8),
 }
 
 fn rg() -> impl Strategy<Value = Rg> {
@@ -576,6 +590,14 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<bool>(), read_kind).prop_map(|(s, k)| Op::FailReads(s, k)),
         1 => rg().prop_map(Op::FailSync),
         3 => any::<u64>().prop_map(Op::Neighbour),
+        4 => (rg(), any::<u8>()).prop_map(|(r, b)| Op::Write(r, b)),
+        2 => ix().prop_map(Op::IsResident),
+        2 => prop::collection::vec(ix(), 0..6).prop_map(Op::EvictBuffers),
+        1 => prop::collection::vec(ix(), 0..6).prop_map(Op::WritebackBuffers),
+        2 => prop::collection::vec(ix(), 0..6).prop_map(Op::MsyncBuffers),
+        3 => (ix(), any::<u64>(), prop::option::of(any::<u32>()))
+            .prop_map(|(i, p, v)| Op::Typed(i, p, v)),
+        3 => (valid_rg(), any::<u8>()).prop_map(|(r, b)| Op::Slice(r, b)),
     ]
 }
 
@@ -845,6 +867,10 @@ impl Harness {
                     let g = r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
                     assert_eq!(g.len() as u64, self.valid(i), "{what}: guard length");
                     self.check_bytes(&g, i * self.bs, &what);
+                    assert!(
+                        self.m.is_resident(i).unwrap(),
+                        "{what}: a pinned buffer is resident"
+                    );
                 }
             }
             Op::PinExclusive(x, w, raw) => {
@@ -1029,6 +1055,37 @@ impl Harness {
                     assert!(g.iter().all(|&b| b == i as u8), "{what}: neighbour bytes");
                 }
             }
+            Op::Write(rg, byte) => self.write_op(*rg, *byte, &what),
+            Op::IsResident(x) => {
+                let i = self.index(*x);
+                let r = self.m.is_resident(i);
+                if i >= self.nbuf {
+                    self.expect_index_refused(&r, self.demand_counters(), i, &what);
+                } else {
+                    r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                }
+            }
+            Op::EvictBuffers(v) | Op::WritebackBuffers(v) | Op::MsyncBuffers(v) => {
+                let idx: Vec<u64> = v.iter().map(|&x| self.index(x)).collect();
+                let before = self.demand_counters();
+                let r = match op {
+                    Op::EvictBuffers(_) => self.m.evict_buffers(&idx),
+                    Op::WritebackBuffers(_) => self.m.writeback_buffers(&idx),
+                    _ => self.m.msync_buffers(&idx),
+                };
+                if idx.iter().any(|&i| i >= self.nbuf) {
+                    self.expect_refused(&r, before, |e| self.oor_list(e, &idx), &what);
+                    return;
+                }
+                r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                if let Op::MsyncBuffers(_) = op {
+                    for &i in &idx {
+                        self.check_store((i * self.bs, self.valid(i)), &what);
+                    }
+                }
+            }
+            Op::Typed(x, pos, value) => self.typed(*x, *pos, *value, &what),
+            Op::Slice(rg, byte) => self.slice(*rg, *byte, &what),
             Op::FailWrites(k, rg) => self.fail_writes(*k, *rg, &what),
             Op::FailReads(short, k) => self.fail_reads(*short, *k, &what),
             Op::FailSync(rg) => {
@@ -1133,6 +1190,106 @@ impl Harness {
         } else {
             r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
             assert_eq!(got, want, "{what}: every index visited as often as listed");
+        }
+    }
+
+    /// `Mapping::write`: within a writable mapping it lands (the model too); past the end it
+    /// is refused naming the range, on a read-only mapping with `ReadOnly`, changing nothing.
+    fn write_op(&mut self, rg: Rg, byte: u8, what: &str) {
+        let (off, n) = self.range(rg);
+        if n > 1 << 22 {
+            return; // An overflowing length cannot be allocated.
+        }
+        let data = vec![byte; n as usize];
+        let before = self.demand_counters();
+        let r = self.m.write(off, &data);
+        if !self.in_range((off, n)) {
+            self.expect_refused(&r, before, |e| self.oor_range(e, off, n), what);
+        } else if !self.writable {
+            self.expect_refused(&r, before, |e| matches!(e, Error::ReadOnly), what);
+        } else {
+            r.unwrap_or_else(|e| panic!("{what} ({off}, {n}): {e:?}"));
+            self.view_mut(off, n).fill(byte);
+        }
+    }
+
+    /// Typed reads (shared pin, optimistic view) and writes (exclusive pin) of a `u32`.
+    fn typed(&mut self, x: Ix, pos: u64, value: Option<u32>, what: &str) {
+        let i = self.index(x);
+        if i >= self.nbuf {
+            let before = self.demand_counters();
+            let r = self.m.pin_shared(i);
+            self.expect_index_refused(&r, before, i, what);
+            return;
+        }
+        if self.valid(i) < 4 {
+            return;
+        }
+        let p = pos % (self.valid(i) - 3);
+        let at = i * self.bs + p;
+        match value {
+            Some(v) if self.writable => {
+                let mut g = self
+                    .m
+                    .pin_exclusive(i)
+                    .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                g.write::<u32>(p as usize, v);
+                assert_eq!(g.read::<u32>(p as usize), v, "{what}: read back");
+                drop(g);
+                self.view_mut(at, 4).copy_from_slice(&v.to_ne_bytes());
+            }
+            _ => {
+                let want = u32::from_ne_bytes(self.view(at, 4).try_into().unwrap());
+                let g = self
+                    .m
+                    .pin_shared(i)
+                    .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                assert_eq!(g.read::<u32>(p as usize), want, "{what}: shared pin");
+                drop(g);
+                let got = self
+                    .m
+                    .read_optimistic(i, |v| v.read::<u32>(p as usize))
+                    .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                assert_eq!(got, want, "{what}: optimistic view");
+            }
+        }
+    }
+
+    /// Typed slices: refused on a plain mapping; on a transparent one, `as_slice` reads a
+    /// read-only mapping and `as_mut_slice` stores into a writable one.
+    fn slice(&mut self, rg: Rg, byte: u8, what: &str) {
+        let (off, n) = self.range(rg);
+        let (s, e) = (off as usize, (off + n) as usize);
+        if !self.transparent {
+            let r = if self.writable {
+                self.m.as_mut_slice::<u8>().map(|_| ())
+            } else {
+                self.m.as_slice::<u8>().map(|_| ())
+            };
+            assert!(matches!(r, Err(Error::BadArgument(_))), "{what}: {r:?}");
+        } else if self.writable {
+            assert!(
+                matches!(self.m.as_slice::<u8>(), Err(Error::BadArgument(_))),
+                "{what}: as_slice of a writable mapping"
+            );
+            let sl = self
+                .m
+                .as_mut_slice::<u8>()
+                .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            assert_eq!(sl.len() as u64, self.len, "{what}: slice length");
+            watched(|| sl[s..e].fill(byte));
+            self.view_mut(off, n).fill(byte);
+        } else {
+            assert!(
+                matches!(self.m.as_mut_slice::<u8>(), Err(Error::ReadOnly)),
+                "{what}: as_mut_slice of a read-only mapping"
+            );
+            let sl = self
+                .m
+                .as_slice::<u8>()
+                .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            let got = watched(|| sl[s..e].to_vec());
+            self.check_bytes(&got, off, what);
         }
     }
 
