@@ -94,6 +94,8 @@ pub(crate) struct MappingCore {
     aside: Option<AsidePool>,
     /// Write-backs and syncs: what a failed sync may have lost.
     sync_ledger: sync_ledger::SyncLedger,
+    /// This mapping's share of the cache's statistics ([`Mapping::stats`]).
+    own_stats: crate::stats::Stats,
 }
 
 /// `bs` if it is a buffer size a mapping can have: a power of two from 4 KiB to 1 GiB.
@@ -299,6 +301,7 @@ impl MappingCore {
             fault_threads: std::sync::OnceLock::new(),
             aside,
             sync_ledger: Default::default(),
+            own_stats: Default::default(),
         })
     }
 
@@ -372,8 +375,13 @@ impl MappingCore {
     fn object_offset(&self, i: u64) -> u64 {
         self.offset + (i << self.shift)
     }
-    fn stats(&self) -> &crate::stats::Stats {
-        &self.cache.stats
+    /// Where this mapping's events are counted: the cache's statistics and its own.
+    #[inline]
+    fn stats(&self) -> crate::stats::Pair<'_> {
+        crate::stats::Pair {
+            cache: &self.cache.stats,
+            mapping: &self.own_stats,
+        }
     }
     /// A stopwatch for one fault's phases: running if fault profiling is on and this fault
     /// is drawn for the sample.

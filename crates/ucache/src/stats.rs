@@ -166,7 +166,13 @@ impl Stats {
     #[inline]
     pub(crate) fn add(&self, c: Counter, n: u64) {
         let (s, owned) = self.shard();
-        let a = match c {
+        Self::bump(Self::counter(s, c), n, owned);
+    }
+
+    /// The counter `c` of shard `s`.
+    #[inline]
+    fn counter(s: &Shard, c: Counter) -> &AtomicU64 {
+        match c {
             Counter::Hits => &s.hits,
             Counter::Misses => &s.misses,
             Counter::Waits => &s.waits,
@@ -193,8 +199,59 @@ impl Stats {
             Counter::FaultBookkeepingNs => &s.fault_bookkeeping_ns,
             Counter::SetAside => &s.set_aside,
             Counter::Restores => &s.restores,
-        };
-        Self::bump(a, n, owned);
+        }
+    }
+
+    /// Records a miss that took `d` (mappings record theirs through [`Pair`]).
+    #[cfg(test)]
+    pub(crate) fn record_miss_latency(&self, d: Duration) {
+        let (s, owned) = self.shard();
+        Self::bump(&s.miss_ns[bucket(d)], 1, owned);
+    }
+}
+
+/// The latency histogram bucket of `d`.
+#[inline]
+fn bucket(d: Duration) -> usize {
+    let ns = d.as_nanos().max(1) as u64;
+    (63 - ns.leading_zeros() as usize).min(LATENCY_BUCKETS - 1)
+}
+
+/// Something events are counted in: the cache's counters, or a mapping's pair.
+pub(crate) trait Count {
+    fn add(&self, c: Counter, n: u64);
+}
+
+impl Count for &Stats {
+    #[inline]
+    fn add(&self, c: Counter, n: u64) {
+        Stats::add(self, c, n)
+    }
+}
+
+impl Count for Pair<'_> {
+    #[inline]
+    fn add(&self, c: Counter, n: u64) {
+        Pair::add(self, c, n)
+    }
+}
+
+/// The cache's counters and one mapping's, counted together: every event of a mapping goes to
+/// both, with one lookup of the thread's shard. Each is a plain add to a line this thread owns
+/// (see [`Stats`]), so a mapping's own counters cost its hit path one more uncontended store and
+/// no shared cache line.
+#[derive(Clone, Copy)]
+pub(crate) struct Pair<'a> {
+    pub(crate) cache: &'a Stats,
+    pub(crate) mapping: &'a Stats,
+}
+
+impl Pair<'_> {
+    #[inline]
+    pub(crate) fn add(&self, c: Counter, n: u64) {
+        let (i, owned) = SHARD.with(|s| *s);
+        Stats::bump(Stats::counter(&self.cache.shards[i], c), n, owned);
+        Stats::bump(Stats::counter(&self.mapping.shards[i], c), n, owned);
     }
 
     pub(crate) fn record_miss_latency(&self, d: Duration) {
@@ -204,10 +261,10 @@ impl Stats {
     /// Records `n` misses that each took `d`: the buffers of one batch, which its caller
     /// waited for together.
     pub(crate) fn record_miss_latencies(&self, d: Duration, n: u64) {
-        let ns = d.as_nanos().max(1) as u64;
-        let b = (63 - ns.leading_zeros() as usize).min(LATENCY_BUCKETS - 1);
-        let (s, owned) = self.shard();
-        Self::bump(&s.miss_ns[b], n, owned);
+        let (i, owned) = SHARD.with(|s| *s);
+        let b = bucket(d);
+        Stats::bump(&self.cache.shards[i].miss_ns[b], n, owned);
+        Stats::bump(&self.mapping.shards[i].miss_ns[b], n, owned);
     }
 }
 

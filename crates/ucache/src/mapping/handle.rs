@@ -380,6 +380,33 @@ impl Mapping {
     pub fn state(&self, index: u64) -> Option<Word> {
         self.core.states.get(index as usize).map(|s| s.load())
     }
+    /// This mapping's share of [`crate::Cache::stats`]: its hits, misses and their latency,
+    /// evictions of its buffers, its write-backs, prefetches and faults. Summed over the
+    /// cache's mappings these are the cache's counters, except `budget_stalls`, which belongs
+    /// to the cache's budget and stays 0 here. Counting costs the hit path one more plain add
+    /// to a line the counting thread owns (the cache-wide counters' scheme, `stats.rs`).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ucache::{Cache, CacheOptions, MapOptions, store::MemoryStore};
+    /// let store = Arc::new(MemoryStore::new());
+    /// store.insert("a", vec![0; 8 * 4096]);
+    /// store.insert("b", vec![0; 8 * 4096]);
+    /// let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
+    /// let a = cache.map(store.clone(), "a", MapOptions::new()).unwrap();
+    /// let b = cache.map(store, "b", MapOptions::new()).unwrap();
+    /// for _ in 0..3 {
+    ///     drop(a.pin_shared(1).unwrap());
+    /// }
+    /// drop(b.pin_shared(1).unwrap());
+    /// assert_eq!((a.stats().misses, a.stats().hits), (1, 2));
+    /// assert_eq!((b.stats().misses, b.stats().hits), (1, 0));
+    /// assert_eq!(cache.stats().misses, 2);
+    /// println!("{}", a.stats());
+    /// ```
+    pub fn stats(&self) -> crate::StatsSnapshot {
+        self.core.own_stats.snapshot()
+    }
     /// The name of the policy attached to this mapping.
     pub fn policy_name(&self) -> &str {
         self.core.policy.name()
