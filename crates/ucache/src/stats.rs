@@ -69,7 +69,7 @@ counters! {
     bytes_read: "Bytes read from stores.",
     bytes_written: "Bytes written to stores.",
     prefetches: "Buffers loaded by prefetch.",
-    prefetch_used: "Prefetched buffers pinned or read optimistically before their eviction.",
+    prefetch_used: "Prefetched buffers pinned or read optimistically before their eviction. Plain loads are invisible to the cache, so on a transparent mapping (whose readahead is prefetching too) this stays 0 however well readahead works: judge it there by `misses` falling.",
     prefetch_wasted: "Prefetched buffers evicted without such a use. Not counted on transparent mappings, whose plain loads the cache cannot see.",
     bypasses: "Missing buffers the policy refused to admit: read around the cache by `Mapping::read`, or dropped from a prefetch.",
     faults: "Faults served on transparent mappings (misses and first writes).",
