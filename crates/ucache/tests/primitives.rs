@@ -134,8 +134,11 @@ fn is_resident_follows_loads_and_evictions() {
 fn is_empty_agrees_with_len() {
     let (c, s) = (cache(), store(8 * BS));
     let m = c.map(s, "o", MapOptions::new()).unwrap();
-    assert_eq!(m.is_empty(), m.len() == 0);
+    // A mapping is never empty (`map` refuses a zero length), and says so.
+    assert_eq!(m.len(), 8 * BS);
     assert!(!m.is_empty());
+    let r = c.map(store(8 * BS), "o", MapOptions::new().len(0));
+    assert!(matches!(r, Err(Error::BadLength { len: 0, .. })), "{r:?}");
 }
 
 #[test]
