@@ -94,7 +94,9 @@ impl Mapping {
     /// and a read-only mapping with [`Error::ReadOnly`]. The write is not atomic: another
     /// thread may see the first buffers written before the last, and if a load fails midway
     /// (the error is returned) the buffers before it hold the new bytes. A buffer this thread
-    /// holds pinned is refused with [`Error::WouldDeadlock`], as a pin would be.
+    /// holds exclusively is refused with [`Error::WouldDeadlock`], as a pin would be; like
+    /// [`Mapping::pin_exclusive`], it waits for shared pins, so drop this thread's own shared
+    /// guards of the range first.
     ///
     /// ```
     /// # use std::sync::Arc;

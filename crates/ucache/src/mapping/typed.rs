@@ -13,8 +13,11 @@
 //! - `as_mut_slice` takes `&mut self`, so no pin, read or write of the same mapping can be
 //!   made until the slice is dropped.
 //!
-//! Raw-pointer stores (`as_mut_ptr`, or C code holding the base address) are `unsafe` and
-//! theirs to order. What no signature can rule out is the object changing behind the cache (a
+//! The cache's own reads of the memory (a write-back, setting a buffer aside) happen while the
+//! buffer is write-protected, so a store through the slice faults and waits for them rather
+//! than racing them; like the kernel's reads under `mmap`, they change no value the slice
+//! holds. Raw-pointer stores (`as_mut_ptr`, or C code holding the base address) are `unsafe`
+//! and theirs to order. What no signature can rule out is the object changing behind the cache (a
 //! file rewritten by another program): as under `mmap`, a buffer evicted and read back would
 //! then show the new bytes. Stores that can tell (S3's ETag) fail that read instead, and a read
 //! that fails is a `SIGBUS` or the mapping's [`crate::MapOptions::on_fault_error`] hook, as for
