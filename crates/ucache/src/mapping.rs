@@ -95,7 +95,7 @@ pub(crate) struct MappingCore {
     /// Write-backs and syncs: what a failed sync may have lost.
     sync_ledger: sync_ledger::SyncLedger,
     /// This mapping's share of the cache's statistics ([`Mapping::stats`]).
-    own_stats: crate::stats::Stats,
+    own_stats: Arc<crate::stats::Stats>,
 }
 
 /// `bs` if it is a buffer size a mapping can have: a power of two from 4 KiB to 1 GiB.
@@ -278,6 +278,7 @@ impl MappingCore {
                 return Err(Error::io("grow", object, end, e));
             }
         }
+        let own_stats = cache.stats_registry.register();
         Ok(MappingCore {
             id,
             policy_hits: policy.wants_hits(),
@@ -301,7 +302,7 @@ impl MappingCore {
             fault_threads: std::sync::OnceLock::new(),
             aside,
             sync_ledger: Default::default(),
-            own_stats: Default::default(),
+            own_stats,
         })
     }
 
@@ -375,13 +376,11 @@ impl MappingCore {
     fn object_offset(&self, i: u64) -> u64 {
         self.offset + (i << self.shift)
     }
-    /// Where this mapping's events are counted: the cache's statistics and its own.
+    /// Where this mapping's events are counted: its own counters, which the cache's statistics
+    /// sum ([`crate::stats::Registry`]).
     #[inline]
-    fn stats(&self) -> crate::stats::Pair<'_> {
-        crate::stats::Pair {
-            cache: &self.cache.stats,
-            mapping: &self.own_stats,
-        }
+    fn stats(&self) -> &crate::stats::Stats {
+        &self.own_stats
     }
     /// A stopwatch for one fault's phases: running if fault profiling is on and this fault
     /// is drawn for the sample.

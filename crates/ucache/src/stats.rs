@@ -43,13 +43,33 @@ macro_rules! counters {
                     miss_latency: vec![0; LATENCY_BUCKETS],
                     ..Default::default()
                 };
+                self.add_to(&mut s);
+                s
+            }
+
+        }
+
+        impl StatsSnapshot {
+            /// Adds `o`'s counts to these.
+            fn absorb(&mut self, o: &StatsSnapshot) {
+                $(self.$name += o.$name;)*
+                self.miss_latency.resize(LATENCY_BUCKETS, 0);
+                for (a, b) in self.miss_latency.iter_mut().zip(&o.miss_latency) {
+                    *a += b;
+                }
+            }
+        }
+
+        impl Stats {
+            /// Adds every shard to `s`.
+            fn add_to(&self, s: &mut StatsSnapshot) {
+                s.miss_latency.resize(LATENCY_BUCKETS, 0);
                 for sh in self.shards.iter() {
                     $(s.$name += sh.$name.load(Relaxed);)*
                     for (i, b) in sh.miss_ns.iter().enumerate() {
                         s.miss_latency[i] += b.load(Relaxed);
                     }
                 }
-                s
             }
         }
     };
@@ -166,13 +186,7 @@ impl Stats {
     #[inline]
     pub(crate) fn add(&self, c: Counter, n: u64) {
         let (s, owned) = self.shard();
-        Self::bump(Self::counter(s, c), n, owned);
-    }
-
-    /// The counter `c` of shard `s`.
-    #[inline]
-    fn counter(s: &Shard, c: Counter) -> &AtomicU64 {
-        match c {
+        let a = match c {
             Counter::Hits => &s.hits,
             Counter::Misses => &s.misses,
             Counter::Waits => &s.waits,
@@ -199,59 +213,8 @@ impl Stats {
             Counter::FaultBookkeepingNs => &s.fault_bookkeeping_ns,
             Counter::SetAside => &s.set_aside,
             Counter::Restores => &s.restores,
-        }
-    }
-
-    /// Records a miss that took `d` (mappings record theirs through [`Pair`]).
-    #[cfg(test)]
-    pub(crate) fn record_miss_latency(&self, d: Duration) {
-        let (s, owned) = self.shard();
-        Self::bump(&s.miss_ns[bucket(d)], 1, owned);
-    }
-}
-
-/// The latency histogram bucket of `d`.
-#[inline]
-fn bucket(d: Duration) -> usize {
-    let ns = d.as_nanos().max(1) as u64;
-    (63 - ns.leading_zeros() as usize).min(LATENCY_BUCKETS - 1)
-}
-
-/// Something events are counted in: the cache's counters, or a mapping's pair.
-pub(crate) trait Count {
-    fn add(&self, c: Counter, n: u64);
-}
-
-impl Count for &Stats {
-    #[inline]
-    fn add(&self, c: Counter, n: u64) {
-        Stats::add(self, c, n)
-    }
-}
-
-impl Count for Pair<'_> {
-    #[inline]
-    fn add(&self, c: Counter, n: u64) {
-        Pair::add(self, c, n)
-    }
-}
-
-/// The cache's counters and one mapping's, counted together: every event of a mapping goes to
-/// both, with one lookup of the thread's shard. Each is a plain add to a line this thread owns
-/// (see [`Stats`]), so a mapping's own counters cost its hit path one more uncontended store and
-/// no shared cache line.
-#[derive(Clone, Copy)]
-pub(crate) struct Pair<'a> {
-    pub(crate) cache: &'a Stats,
-    pub(crate) mapping: &'a Stats,
-}
-
-impl Pair<'_> {
-    #[inline]
-    pub(crate) fn add(&self, c: Counter, n: u64) {
-        let (i, owned) = SHARD.with(|s| *s);
-        Stats::bump(Stats::counter(&self.cache.shards[i], c), n, owned);
-        Stats::bump(Stats::counter(&self.mapping.shards[i], c), n, owned);
+        };
+        Self::bump(a, n, owned);
     }
 
     pub(crate) fn record_miss_latency(&self, d: Duration) {
@@ -261,10 +224,61 @@ impl Pair<'_> {
     /// Records `n` misses that each took `d`: the buffers of one batch, which its caller
     /// waited for together.
     pub(crate) fn record_miss_latencies(&self, d: Duration, n: u64) {
-        let (i, owned) = SHARD.with(|s| *s);
-        let b = bucket(d);
-        Stats::bump(&self.cache.shards[i].miss_ns[b], n, owned);
-        Stats::bump(&self.mapping.shards[i].miss_ns[b], n, owned);
+        let ns = d.as_nanos().max(1) as u64;
+        let b = (63 - ns.leading_zeros() as usize).min(LATENCY_BUCKETS - 1);
+        let (s, owned) = self.shard();
+        Self::bump(&s.miss_ns[b], n, owned);
+    }
+}
+
+/// Every mapping's own counters, for the cache's sum. A mapping counts its events in its own
+/// [`Stats`] only, so the hit path bumps one counter, as it did before mappings had
+/// statistics of their own; the cache's figures are its own counters (the budget's stalls)
+/// plus every mapping's, summed when asked. The counters of a mapping that is gone stay here
+/// until a snapshot folds them into `retired`: its IO threads may still count for a moment
+/// after the unmap, and nothing counted is ever lost or counted twice.
+#[derive(Default)]
+pub(crate) struct Registry {
+    inner: parking_lot::Mutex<RegistryInner>,
+}
+
+#[derive(Default)]
+struct RegistryInner {
+    live: Vec<std::sync::Arc<Stats>>,
+    retired: Option<StatsSnapshot>,
+}
+
+impl Registry {
+    /// Counters for a new mapping, part of every later sum.
+    pub(crate) fn register(&self) -> std::sync::Arc<Stats> {
+        let s = std::sync::Arc::new(Stats::default());
+        self.inner.lock().live.push(s.clone());
+        s
+    }
+
+    /// `own` (the cache's counters) plus every mapping's, past and present.
+    pub(crate) fn snapshot(&self, own: &Stats) -> StatsSnapshot {
+        let mut total = own.snapshot();
+        let mut g = self.inner.lock();
+        let g = &mut *g;
+        let retired = g.retired.get_or_insert_with(|| StatsSnapshot {
+            miss_latency: vec![0; LATENCY_BUCKETS],
+            ..Default::default()
+        });
+        g.live.retain(|m| {
+            if std::sync::Arc::strong_count(m) == 1 {
+                // The mapping is gone, and nobody can count here any more.
+                m.add_to(retired);
+                false
+            } else {
+                true
+            }
+        });
+        for m in &g.live {
+            m.add_to(&mut total);
+        }
+        total.absorb(retired);
+        total
     }
 }
 
@@ -300,6 +314,30 @@ impl StatsSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_registry_keeps_what_mappings_that_are_gone_counted() {
+        let r = Registry::default();
+        let own = Stats::default();
+        own.add(Counter::BudgetStalls, 1);
+        let a = r.register();
+        a.add(Counter::Hits, 2);
+        {
+            let b = r.register();
+            b.add(Counter::Hits, 3);
+            b.record_miss_latency(Duration::from_micros(5));
+            assert_eq!(r.snapshot(&own).hits, 5);
+        }
+        let s = r.snapshot(&own);
+        assert_eq!((s.hits, s.budget_stalls), (5, 1));
+        assert_eq!(s.miss_latency.iter().sum::<u64>(), 1);
+        assert_eq!(
+            r.inner.lock().live.len(),
+            1,
+            "the gone mapping's counters were folded"
+        );
+        assert_eq!(r.snapshot(&own), s, "and are counted once");
+    }
 
     #[test]
     fn sums_across_threads() {

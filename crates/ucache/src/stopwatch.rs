@@ -17,9 +17,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-#[cfg(test)]
-use crate::stats::Stats;
-use crate::stats::{Count, Counter};
+use crate::stats::{Counter, Stats};
 
 /// One fault in this many is timed, on average.
 pub(crate) const SAMPLE_EVERY: u32 = 16;
@@ -71,7 +69,7 @@ impl Stopwatch {
 
     /// Ends the current phase, charging it to `counter`; returns the time read, if on.
     #[inline]
-    pub(crate) fn lap(&mut self, stats: impl Count, counter: Counter) -> Option<Instant> {
+    pub(crate) fn lap(&mut self, stats: &Stats, counter: Counter) -> Option<Instant> {
         let last = self.last?;
         let now = self.skip()?;
         stats.add(counter, (now - last).as_nanos() as u64);
@@ -97,7 +95,7 @@ impl Stopwatch {
     }
 
     /// Charges everything since the stopwatch started to `counter`.
-    pub(crate) fn total(&self, stats: impl Count, counter: Counter) {
+    pub(crate) fn total(&self, stats: &Stats, counter: Counter) {
         if let Some(start) = self.start {
             stats.add(counter, start.elapsed().as_nanos() as u64);
         }

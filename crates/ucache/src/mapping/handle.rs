@@ -385,8 +385,9 @@ impl Mapping {
     /// This mapping's share of [`crate::Cache::stats`]: its hits, misses and their latency,
     /// evictions of its buffers, its write-backs, prefetches and faults. Summed over the
     /// cache's mappings these are the cache's counters, except `budget_stalls`, which belongs
-    /// to the cache's budget and stays 0 here. Counting costs the hit path one more plain add
-    /// to a line the counting thread owns (the cache-wide counters' scheme, `stats.rs`).
+    /// to the cache's budget and stays 0 here. A mapping counts its events in these counters
+    /// only (sharded per thread, as the cache's were), and the cache's statistics are their
+    /// sum, so a hit still costs one uncontended add.
     ///
     /// ```
     /// # use std::sync::Arc;
