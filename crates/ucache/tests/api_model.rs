@@ -725,9 +725,15 @@ impl Harness {
         let (mine, all) = (self.m.stats(), self.cache.stats());
         let (mine, all) = ((mine.hits, mine.misses), (all.hits, all.misses));
         if self.neighbour.is_none() {
-            assert_eq!(mine, all, "{what}: the mapping's hits and misses are the cache's");
+            assert_eq!(
+                mine, all,
+                "{what}: the mapping's hits and misses are the cache's"
+            );
         } else {
-            assert!(mine.0 <= all.0 && mine.1 <= all.1, "{what}: {mine:?} > {all:?}");
+            assert!(
+                mine.0 <= all.0 && mine.1 <= all.1,
+                "{what}: {mine:?} > {all:?}"
+            );
         }
         let used = self.cache.used();
         assert!(
