@@ -106,7 +106,9 @@ impl ucache_status {
             Error::BudgetTooSmall { .. } => UCACHE_ERR_BUDGET_TOO_SMALL,
             Error::BadArgument(_) => UCACHE_ERR_BAD_ARGUMENT,
             Error::BeyondObject { .. } => UCACHE_ERR_BEYOND_OBJECT,
-            Error::NotFound { .. } => UCACHE_ERR_NOT_FOUND,
+            Error::NotFound { .. }
+            | Error::DirectoryNotFound { .. }
+            | Error::BucketNotFound { .. } => UCACHE_ERR_NOT_FOUND,
             Error::ObjectChanged { .. } => UCACHE_ERR_OBJECT_CHANGED,
             Error::OutOfRange { .. } => UCACHE_ERR_OUT_OF_RANGE,
             Error::ReadOnly => UCACHE_ERR_READ_ONLY,

@@ -52,7 +52,7 @@ use ucache::{Error, Result};
 
 use crate::coalesce::coalesce;
 use crate::config::S3Config;
-use crate::error::{dup, open_error, to_io};
+use crate::error::{dup, no_such_bucket, open_error, to_io};
 use crate::manifest::valid_chunk_size;
 pub use crate::manifest::{manifest_text, parse_manifest, MAX_CHUNK_SIZE, MAX_LEN};
 use crate::runtime::Runtime;
@@ -125,7 +125,10 @@ impl ChunkedObject {
             rt.block_on(async {
                 match client.get(&manifest).await {
                     Ok(r) => r.bytes().await.map(Some),
-                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    // A missing bucket is an error, not a prefix to create.
+                    Err(e @ object_store::Error::NotFound { .. }) if !no_such_bucket(&e) => {
+                        Ok(None)
+                    }
                     Err(e) => Err(e),
                 }
             })

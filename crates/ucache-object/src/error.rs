@@ -43,9 +43,57 @@ pub(crate) fn dup(e: &io::Error) -> io::Error {
     io::Error::new(e.kind(), e.to_string())
 }
 
-/// Converts an error from opening `object` into the cache's error.
+/// Converts an error from opening `object` into the cache's error: a missing bucket is
+/// [`Error::BucketNotFound`], a missing key [`Error::NotFound`].
 pub(crate) fn open_error(object: &str, what: &str, e: object_store::Error) -> Error {
+    // Any kind: a LIST's 404 comes back as a generic error, with the code in its body.
+    if no_such_bucket(&e) {
+        return Error::BucketNotFound {
+            bucket: bucket_of(object).to_string(),
+            object: object.to_string(),
+        };
+    }
     Error::io("open", object, 0, to_io(object, what, e))
+}
+
+/// Whether `e` says the bucket itself is missing. S3 answers a request in a missing bucket
+/// with 404 `NoSuchBucket` and one for a missing key with 404 `NoSuchKey` (SeaweedFS as AWS);
+/// object_store reports both as `NotFound`, with the response's body in the message. A HEAD
+/// response has no body, so after a HEAD [`missing_object`] asks again.
+pub(crate) fn no_such_bucket(e: &object_store::Error) -> bool {
+    let mut at: Option<&dyn std::error::Error> = Some(e);
+    while let Some(x) = at {
+        if x.to_string().contains("NoSuchBucket") {
+            return true;
+        }
+        at = x.source();
+    }
+    false
+}
+
+/// The open error for a HEAD of `path` that failed with `e`: where it is a `NotFound`, one LIST
+/// of the key as a prefix (a request whose 404 has a body) tells a missing bucket from a
+/// missing key. Only the failing open pays for it.
+pub(crate) async fn missing_object(
+    client: &dyn object_store::ObjectStore,
+    object: &str,
+    path: &object_store::path::Path,
+    e: object_store::Error,
+) -> Error {
+    if matches!(e, object_store::Error::NotFound { .. }) && !no_such_bucket(&e) {
+        if let Err(probe) = client.list_with_delimiter(Some(path)).await {
+            if no_such_bucket(&probe) {
+                return open_error(object, "bucket", probe);
+            }
+        }
+    }
+    open_error(object, "object", e)
+}
+
+/// The bucket of an `s3://bucket/key` name.
+fn bucket_of(object: &str) -> &str {
+    let rest = object.strip_prefix("s3://").unwrap_or(object);
+    rest.split('/').next().unwrap_or(rest)
 }
 
 #[cfg(test)]
@@ -66,6 +114,30 @@ mod tests {
             Error::NotFound { object } => assert_eq!(object, "s3://b/k"),
             other => panic!("{other:?}"),
         }
+        let no_bucket = object_store::Error::NotFound {
+            path: "k".into(),
+            source: boxed(
+                "Server returned non-2xx status code: 404 Not Found: <?xml version=\"1.0\"?>\
+                 <Error><Code>NoSuchBucket</Code></Error>",
+            ),
+        };
+        match open_error("s3://b/dir/k", "object", no_bucket) {
+            e @ Error::BucketNotFound { .. } => {
+                assert_eq!(
+                    e.to_string(),
+                    "bucket 'b' of object 's3://b/dir/k' does not exist"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        let no_key = object_store::Error::NotFound {
+            path: "k".into(),
+            source: boxed("404 Not Found: <Error><Code>NoSuchKey</Code></Error>"),
+        };
+        assert!(matches!(
+            open_error("s3://b/k", "object", no_key),
+            Error::NotFound { .. }
+        ));
         let pre = object_store::Error::Precondition {
             path: "k".into(),
             source: boxed("412"),

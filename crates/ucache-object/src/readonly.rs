@@ -38,7 +38,7 @@ use ucache::Result;
 
 use crate::coalesce::coalesce;
 use crate::config::S3Config;
-use crate::error::{changed, dup, open_error, to_io};
+use crate::error::{changed, dup, missing_object, to_io};
 use crate::runtime::Runtime;
 
 /// One S3 object, read-only, with its length and ETag fixed at open.
@@ -69,9 +69,12 @@ impl S3Object {
     ) -> Result<S3Object> {
         let name = cfg.url();
         let path = cfg.object_path()?;
-        let meta = rt
-            .block_on(client.head(&path))
-            .map_err(|e| open_error(&name, "object", e))?;
+        let meta = rt.block_on(async {
+            match client.head(&path).await {
+                Ok(m) => Ok(m),
+                Err(e) => Err(missing_object(client.as_ref(), &name, &path, e).await),
+            }
+        })?;
         Ok(S3Object {
             name,
             client,

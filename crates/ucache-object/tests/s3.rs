@@ -181,8 +181,8 @@ fn chunked_mapping_round_trips_through_a_fresh_cache_and_a_plain_client() {
 }
 
 #[test]
-fn missing_bucket_and_missing_key_are_not_found() {
-    let Some(ep) = endpoint("missing_bucket_and_missing_key_are_not_found") else {
+fn missing_bucket_and_missing_key_are_told_apart() {
+    let Some(ep) = endpoint("missing_bucket_and_missing_key_are_told_apart") else {
         return;
     };
     let cache = Cache::new(CacheOptions::new(1 << 20)).unwrap();
@@ -195,9 +195,13 @@ fn missing_bucket_and_missing_key_are_not_found() {
     let cfg = S3Config::from_env("s3://ucache-no-such-bucket/k")
         .unwrap()
         .endpoint(&ep);
+    // A missing bucket is told apart from a missing key (NoSuchBucket, not NoSuchKey).
     match S3Object::open(&cfg) {
-        Err(Error::NotFound { object }) => assert_eq!(object, "s3://ucache-no-such-bucket/k"),
-        other => panic!("expected NotFound, got {:?}", other.err()),
+        Err(Error::BucketNotFound { bucket, object }) => {
+            assert_eq!(bucket, "ucache-no-such-bucket");
+            assert_eq!(object, "s3://ucache-no-such-bucket/k");
+        }
+        other => panic!("expected BucketNotFound, got {:?}", other.err()),
     }
     // A chunked prefix that was never created.
     let chunked = S3Store::chunked(config(&ep, ""), 1 << 16).unwrap();

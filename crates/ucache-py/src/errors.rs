@@ -58,7 +58,9 @@ impl Kind {
             | CoreError::BudgetTooSmall { .. }
             | CoreError::BadArgument(_) => Kind::InvalidArgument,
             CoreError::BeyondObject { .. } | CoreError::OutOfRange { .. } => Kind::OutOfRange,
-            CoreError::NotFound { .. } => Kind::NotFound,
+            CoreError::NotFound { .. }
+            | CoreError::DirectoryNotFound { .. }
+            | CoreError::BucketNotFound { .. } => Kind::NotFound,
             CoreError::ObjectChanged { .. } => Kind::ObjectChanged,
             CoreError::ReadOnly => Kind::ReadOnly,
             CoreError::BudgetExhausted { .. } => Kind::BudgetExhausted,

@@ -185,6 +185,8 @@ pub(crate) struct CacheCore {
     aside: AtomicU64,
     global: GuardedGlobal,
     pub(crate) stats: Stats,
+    /// Every mapping's own counters, which [`Cache::stats`] adds to `stats`.
+    pub(crate) stats_registry: crate::stats::Registry,
     /// Changed only by map and unmap; read by evictors and address lookups without locking.
     mappings: ArcSwap<Vec<Arc<MappingCore>>>,
     next_id: AtomicU64,
@@ -235,6 +237,7 @@ impl Cache {
                 aside: AtomicU64::new(0),
                 global: GuardedGlobal::new(options.global),
                 stats: Stats::default(),
+                stats_registry: Default::default(),
                 mappings: ArcSwap::from_pointee(Vec::new()),
                 next_id: AtomicU64::new(0),
                 io: IoWorker::new(options.io_threads),
@@ -306,7 +309,7 @@ impl Cache {
     }
 
     pub fn stats(&self) -> StatsSnapshot {
-        self.core.stats.snapshot()
+        self.core.stats_registry.snapshot(&self.core.stats)
     }
 
     /// Brings every buffer overlapping `[addr, addr+len)` into memory (address form of
@@ -407,7 +410,10 @@ impl CacheCore {
                 return Ok((m.clone(), (a - base) as u64));
             }
         }
-        Err(Error::OutOfRange { addr: a, len })
+        Err(Error::OutOfRange(crate::error::Bounds::Address {
+            addr: a,
+            len,
+        }))
     }
 
     pub(crate) fn add_mapping(&self, m: Arc<MappingCore>) {

@@ -39,9 +39,20 @@ pub enum Error {
         object_len: u64,
     },
 
-    /// The store has no object by that name.
+    /// The store has no object by that name (no such file, no such key).
     #[error("object '{object}' not found")]
     NotFound { object: String },
+
+    /// The directory that would hold the object does not exist. Unlike [`Error::NotFound`],
+    /// `create` cannot help: the directory must be made first (or the path fixed).
+    #[error("directory '{directory}' of object '{object}' does not exist")]
+    DirectoryNotFound { directory: String, object: String },
+
+    /// The bucket that would hold the object does not exist (S3's `NoSuchBucket`), told apart
+    /// from a missing key (`NoSuchKey`, [`Error::NotFound`]): the bucket name or the endpoint
+    /// is wrong, not the key.
+    #[error("bucket '{bucket}' of object '{object}' does not exist")]
+    BucketNotFound { bucket: String, object: String },
 
     /// The object was replaced behind the cache (its ETag or version changed since it was
     /// opened). Serving the new bytes next to cached old ones would hand the program a mix of
@@ -49,9 +60,11 @@ pub enum Error {
     #[error("object '{object}' changed since it was opened")]
     ObjectChanged { object: String },
 
-    /// An address or range outside every mapping (or outside the named mapping).
-    #[error("address range {addr:#x}+{len} is outside the mapping(s)")]
-    OutOfRange { addr: usize, len: usize },
+    /// A buffer index, byte range or address outside the mapping (or, for the cache's
+    /// address calls, outside every mapping). [`Bounds`] says which, in the unit of the call:
+    /// an index and the buffer count, a byte range and the mapping's length, or an address.
+    #[error("{0}")]
+    OutOfRange(Bounds),
 
     /// A write access through a read-only mapping.
     #[error("mapping is read-only")]
@@ -141,6 +154,68 @@ pub enum Error {
     },
 }
 
+/// What an [`Error::OutOfRange`] call asked for, and what there is, in the call's own unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Bounds {
+    /// A buffer index (pins, optimistic reads, index lists) past the last buffer.
+    Buffer {
+        /// The index asked for.
+        index: u64,
+        /// The mapping's buffer count: valid indices are `0..buffers`.
+        buffers: u64,
+    },
+    /// A byte range (`read`, `write`, `ensure_cached`, `evict`, ...) that ends past the
+    /// mapping, or whose end does not fit a `u64`.
+    Range {
+        /// The range's first byte, from the mapping's start.
+        offset: u64,
+        /// The range's length in bytes.
+        len: u64,
+        /// The mapping's length in bytes.
+        mapping_len: u64,
+    },
+    /// An address range given to [`crate::Cache`]'s address calls that lies in no mapping.
+    Address {
+        /// The first address asked for.
+        addr: usize,
+        /// The range's length in bytes.
+        len: usize,
+    },
+}
+
+impl std::fmt::Display for Bounds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Bounds::Buffer { index, buffers } => write!(
+                f,
+                "buffer index {index} is out of range: the mapping has {buffers} buffer(s), \
+                 indices 0..{buffers}"
+            ),
+            Bounds::Range {
+                offset,
+                len,
+                mapping_len,
+            } => match offset.checked_add(len) {
+                Some(end) => write!(
+                    f,
+                    "byte range {offset}..{end} ({len} bytes) is out of range: the mapping is \
+                     {mapping_len} bytes long"
+                ),
+                None => write!(
+                    f,
+                    "byte range of {len} bytes at offset {offset} is out of range: its end \
+                     overflows, and the mapping is {mapping_len} bytes long"
+                ),
+            },
+            Bounds::Address { addr, len } => write!(
+                f,
+                "address range {addr:#x} ({len} bytes) is outside every mapping of the cache"
+            ),
+        }
+    }
+}
+
 impl Error {
     /// Wraps the calling thread's `errno` from a failed system call.
     pub(crate) fn last_os(call: &'static str) -> Self {
@@ -195,5 +270,79 @@ mod tests {
             Error::Io { op, object, .. } => assert_eq!((op, object.as_str()), ("read", "o")),
             other => panic!("expected Io, got {other:?}"),
         }
+    }
+
+    /// Every out-of-range message names what was asked for in the call's unit, and what
+    /// there is; none prints an address unless an address was given.
+    #[test]
+    fn out_of_range_messages_speak_the_callers_unit() {
+        let buf = Error::OutOfRange(Bounds::Buffer {
+            index: 16,
+            buffers: 16,
+        });
+        assert_eq!(
+            buf.to_string(),
+            "buffer index 16 is out of range: the mapping has 16 buffer(s), indices 0..16"
+        );
+        let max = Error::OutOfRange(Bounds::Buffer {
+            index: u64::MAX,
+            buffers: 3,
+        });
+        assert_eq!(
+            max.to_string(),
+            "buffer index 18446744073709551615 is out of range: the mapping has 3 buffer(s), \
+             indices 0..3"
+        );
+        let range = Error::OutOfRange(Bounds::Range {
+            offset: 8000,
+            len: 400,
+            mapping_len: 8192,
+        });
+        assert_eq!(
+            range.to_string(),
+            "byte range 8000..8400 (400 bytes) is out of range: the mapping is 8192 bytes long"
+        );
+        let over = Error::OutOfRange(Bounds::Range {
+            offset: u64::MAX,
+            len: 2,
+            mapping_len: 8192,
+        });
+        assert_eq!(
+            over.to_string(),
+            "byte range of 2 bytes at offset 18446744073709551615 is out of range: its end \
+             overflows, and the mapping is 8192 bytes long"
+        );
+        let addr = Error::OutOfRange(Bounds::Address {
+            addr: 0x1000,
+            len: 8,
+        });
+        assert_eq!(
+            addr.to_string(),
+            "address range 0x1000 (8 bytes) is outside every mapping of the cache"
+        );
+    }
+
+    #[test]
+    fn missing_containers_are_named() {
+        let dir = Error::DirectoryNotFound {
+            directory: "/no/such".into(),
+            object: "/no/such/f".into(),
+        };
+        assert_eq!(
+            dir.to_string(),
+            "directory '/no/such' of object '/no/such/f' does not exist"
+        );
+        let bucket = Error::BucketNotFound {
+            bucket: "b".into(),
+            object: "s3://b/k".into(),
+        };
+        assert_eq!(
+            bucket.to_string(),
+            "bucket 'b' of object 's3://b/k' does not exist"
+        );
+        let key = Error::NotFound {
+            object: "s3://b/k".into(),
+        };
+        assert_eq!(key.to_string(), "object 's3://b/k' not found");
     }
 }

@@ -26,16 +26,18 @@ mod sigbus;
 mod staging;
 pub mod state;
 mod stats;
+mod stats_display;
 mod stopwatch;
 pub mod store;
 mod sync;
+mod typed;
 mod uffd;
 
 pub use cache::{
     Cache, CacheOptions, BACKGROUND_EVICTION_BATCHES, DEFAULT_BATCH_BYTES, DEFAULT_BUDGET_WAIT,
     MAX_BATCH,
 };
-pub use error::{Error, Result};
+pub use error::{Bounds, Error, Result};
 pub use fault::{FaultAction, FaultHandling, FaultHook};
 pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};
 pub use mapping::{MapOptions, Mapping, UnmapError};

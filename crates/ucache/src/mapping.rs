@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::cache::CacheCore;
-use crate::error::{Error, Result};
+use crate::error::{Bounds, Error, Result};
 use crate::fault::{FaultHandling, FaultHook};
 use crate::fault_thread::FaultThreads;
 use crate::policy::prefetch::{ReadAhead, WithPrefetch};
@@ -45,10 +45,13 @@ mod batch;
 mod evict;
 mod fault;
 mod handle;
+mod lists;
 mod options;
 mod pin;
 mod stream;
 mod sync_ledger;
+mod typed;
+mod write;
 mod writeback;
 
 use aside::AsidePool;
@@ -91,6 +94,8 @@ pub(crate) struct MappingCore {
     aside: Option<AsidePool>,
     /// Write-backs and syncs: what a failed sync may have lost.
     sync_ledger: sync_ledger::SyncLedger,
+    /// This mapping's share of the cache's statistics ([`Mapping::stats`]).
+    own_stats: Arc<crate::stats::Stats>,
 }
 
 /// `bs` if it is a buffer size a mapping can have: a power of two from 4 KiB to 1 GiB.
@@ -167,7 +172,9 @@ impl MappingCore {
         let opened =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| store.open(object, options)));
         let obj: Arc<dyn Object> = match opened {
-            Ok(Err(Error::NotFound { .. })) if o.create => {
+            // Only without a length: with one, `create` was asked of the store, and its
+            // `NotFound` (a missing directory, say) is the store's to tell.
+            Ok(Err(Error::NotFound { .. })) if o.create && o.len.is_none() => {
                 return Err(Error::BadLength {
                     len: 0,
                     why: "a new object is empty: give the length to map",
@@ -271,6 +278,7 @@ impl MappingCore {
                 return Err(Error::io("grow", object, end, e));
             }
         }
+        let own_stats = cache.stats_registry.register();
         Ok(MappingCore {
             id,
             policy_hits: policy.wants_hits(),
@@ -294,6 +302,7 @@ impl MappingCore {
             fault_threads: std::sync::OnceLock::new(),
             aside,
             sync_ledger: Default::default(),
+            own_stats,
         })
     }
 
@@ -367,8 +376,11 @@ impl MappingCore {
     fn object_offset(&self, i: u64) -> u64 {
         self.offset + (i << self.shift)
     }
+    /// Where this mapping's events are counted: its own counters, which the cache's statistics
+    /// sum ([`crate::stats::Registry`]).
+    #[inline]
     fn stats(&self) -> &crate::stats::Stats {
-        &self.cache.stats
+        &self.own_stats
     }
     /// A stopwatch for one fault's phases: running if fault profiling is on and this fault
     /// is drawn for the sample.
@@ -400,10 +412,10 @@ impl MappingCore {
 
     #[cold]
     fn out_of_range(&self, i: u64) -> Error {
-        Error::OutOfRange {
-            addr: (self.base() as usize).wrapping_add((i as usize).wrapping_mul(self.bs)),
-            len: self.bs,
-        }
+        Error::OutOfRange(Bounds::Buffer {
+            index: i,
+            buffers: self.buffers(),
+        })
     }
 
     /// The error for a wait on buffer `i` that this very thread would have to end, if it
@@ -442,10 +454,11 @@ impl MappingCore {
                 }
                 Ok(offset >> self.shift..((end - 1) >> self.shift) + 1)
             }
-            _ => Err(Error::OutOfRange {
-                addr: (self.base() as usize).wrapping_add(offset as usize),
-                len: len as usize,
-            }),
+            _ => Err(Error::OutOfRange(Bounds::Range {
+                offset,
+                len,
+                mapping_len: self.len,
+            })),
         }
     }
 }

@@ -43,13 +43,33 @@ macro_rules! counters {
                     miss_latency: vec![0; LATENCY_BUCKETS],
                     ..Default::default()
                 };
+                self.add_to(&mut s);
+                s
+            }
+
+        }
+
+        impl StatsSnapshot {
+            /// Adds `o`'s counts to these.
+            fn absorb(&mut self, o: &StatsSnapshot) {
+                $(self.$name += o.$name;)*
+                self.miss_latency.resize(LATENCY_BUCKETS, 0);
+                for (a, b) in self.miss_latency.iter_mut().zip(&o.miss_latency) {
+                    *a += b;
+                }
+            }
+        }
+
+        impl Stats {
+            /// Adds every shard to `s`.
+            fn add_to(&self, s: &mut StatsSnapshot) {
+                s.miss_latency.resize(LATENCY_BUCKETS, 0);
                 for sh in self.shards.iter() {
                     $(s.$name += sh.$name.load(Relaxed);)*
                     for (i, b) in sh.miss_ns.iter().enumerate() {
                         s.miss_latency[i] += b.load(Relaxed);
                     }
                 }
-                s
             }
         }
     };
@@ -69,7 +89,7 @@ counters! {
     bytes_read: "Bytes read from stores.",
     bytes_written: "Bytes written to stores.",
     prefetches: "Buffers loaded by prefetch.",
-    prefetch_used: "Prefetched buffers pinned or read optimistically before their eviction.",
+    prefetch_used: "Prefetched buffers pinned or read optimistically before their eviction. Plain loads are invisible to the cache, so on a transparent mapping (whose readahead is prefetching too) this stays 0 however well readahead works: judge it there by `misses` falling.",
     prefetch_wasted: "Prefetched buffers evicted without such a use. Not counted on transparent mappings, whose plain loads the cache cannot see.",
     bypasses: "Missing buffers the policy refused to admit: read around the cache by `Mapping::read`, or dropped from a prefetch.",
     faults: "Faults served on transparent mappings (misses and first writes).",
@@ -211,6 +231,57 @@ impl Stats {
     }
 }
 
+/// Every mapping's own counters, for the cache's sum. A mapping counts its events in its own
+/// [`Stats`] only, so the hit path bumps one counter, as it did before mappings had
+/// statistics of their own; the cache's figures are its own counters (the budget's stalls)
+/// plus every mapping's, summed when asked. The counters of a mapping that is gone stay here
+/// until a snapshot folds them into `retired`: its IO threads may still count for a moment
+/// after the unmap, and nothing counted is ever lost or counted twice.
+#[derive(Default)]
+pub(crate) struct Registry {
+    inner: parking_lot::Mutex<RegistryInner>,
+}
+
+#[derive(Default)]
+struct RegistryInner {
+    live: Vec<std::sync::Arc<Stats>>,
+    retired: Option<StatsSnapshot>,
+}
+
+impl Registry {
+    /// Counters for a new mapping, part of every later sum.
+    pub(crate) fn register(&self) -> std::sync::Arc<Stats> {
+        let s = std::sync::Arc::new(Stats::default());
+        self.inner.lock().live.push(s.clone());
+        s
+    }
+
+    /// `own` (the cache's counters) plus every mapping's, past and present.
+    pub(crate) fn snapshot(&self, own: &Stats) -> StatsSnapshot {
+        let mut total = own.snapshot();
+        let mut g = self.inner.lock();
+        let g = &mut *g;
+        let retired = g.retired.get_or_insert_with(|| StatsSnapshot {
+            miss_latency: vec![0; LATENCY_BUCKETS],
+            ..Default::default()
+        });
+        g.live.retain(|m| {
+            if std::sync::Arc::strong_count(m) == 1 {
+                // The mapping is gone, and nobody can count here any more.
+                m.add_to(retired);
+                false
+            } else {
+                true
+            }
+        });
+        for m in &g.live {
+            m.add_to(&mut total);
+        }
+        total.absorb(retired);
+        total
+    }
+}
+
 impl StatsSnapshot {
     /// The miss latency below which `q` (0..=1) of misses fall, as the upper edge of its bucket.
     pub fn miss_latency_quantile(&self, q: f64) -> Option<Duration> {
@@ -243,6 +314,30 @@ impl StatsSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_registry_keeps_what_mappings_that_are_gone_counted() {
+        let r = Registry::default();
+        let own = Stats::default();
+        own.add(Counter::BudgetStalls, 1);
+        let a = r.register();
+        a.add(Counter::Hits, 2);
+        {
+            let b = r.register();
+            b.add(Counter::Hits, 3);
+            b.record_miss_latency(Duration::from_micros(5));
+            assert_eq!(r.snapshot(&own).hits, 5);
+        }
+        let s = r.snapshot(&own);
+        assert_eq!((s.hits, s.budget_stalls), (5, 1));
+        assert_eq!(s.miss_latency.iter().sum::<u64>(), 1);
+        assert_eq!(
+            r.inner.lock().live.len(),
+            1,
+            "the gone mapping's counters were folded"
+        );
+        assert_eq!(r.snapshot(&own), s, "and are counted once");
+    }
 
     #[test]
     fn sums_across_threads() {

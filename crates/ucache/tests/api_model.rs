@@ -15,8 +15,9 @@
 //!   time); after a successful `msync` every buffer overlapping its range holds the model's
 //!   bytes in the store, and after `unmap` the whole object equals the model.
 //! - Errors: range calls check `offset + len <= mapping length` (overflow included) and report
-//!   `OutOfRange { addr: base + offset, len }`; index calls report the buffer's address and
-//!   the buffer size; `ensure_cached` of more distinct buffers than the budget holds is
+//!   `OutOfRange(Bounds::Range { offset, len, mapping_len })`; index calls report
+//!   `OutOfRange(Bounds::Buffer { index, buffers })`; the cache's address calls report
+//!   `OutOfRange(Bounds::Address { addr, len })`; `ensure_cached` of more distinct buffers than the budget holds is
 //!   `BadLength`; `msync` reports a refused wait as `WritebackFailed { first: WouldDeadlock }`
 //!   (as tests/msync.rs has it). A call refused by validation moves no hit or miss counter.
 //!
@@ -35,7 +36,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use ucache::policy::{policy_by_name, Buffers, Layout, Policy, POLICY_NAMES};
 use ucache::store::{FaultConfig, FaultStore, MemoryStore};
-use ucache::{Cache, CacheOptions, Error, FaultHandling, MapOptions, Mapping};
+use ucache::{Bounds, Cache, CacheOptions, Error, FaultHandling, MapOptions, Mapping};
 
 const NAME: &str = "obj";
 
@@ -477,6 +478,20 @@ enum Op {
     FailSync(Rg),
     /// Pins buffer `raw % 32` of the neighbour mapping (if any).
     Neighbour(u64),
+    /// `Mapping::write` of `byte` over the range.
+    Write(Rg, u8),
+    /// `is_resident` of a buffer (only its refusal past the end is predictable).
+    IsResident(Ix),
+    EvictBuffers(Vec<Ix>),
+    WritebackBuffers(Vec<Ix>),
+    MsyncBuffers(Vec<Ix>),
+    /// A typed read at byte `pos % (valid - 3)` of a buffer through a shared pin and an
+    /// optimistic view, or (with a value, on a writable mapping) a typed write through an
+    /// exclusive pin.
+    Typed(Ix, u64, Option<u32>),
+    /// A typed slice over a transparent mapping: the range read through `as_slice` (read-only)
+    /// or `byte` stored over it through `as_mut_slice` (writable).
+    Slice(Rg, u8),
 }
 
 fn rg() -> impl Strategy<Value = Rg> {
@@ -575,6 +590,14 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<bool>(), read_kind).prop_map(|(s, k)| Op::FailReads(s, k)),
         1 => rg().prop_map(Op::FailSync),
         3 => any::<u64>().prop_map(Op::Neighbour),
+        4 => (rg(), any::<u8>()).prop_map(|(r, b)| Op::Write(r, b)),
+        2 => ix().prop_map(Op::IsResident),
+        2 => prop::collection::vec(ix(), 0..6).prop_map(Op::EvictBuffers),
+        1 => prop::collection::vec(ix(), 0..6).prop_map(Op::WritebackBuffers),
+        2 => prop::collection::vec(ix(), 0..6).prop_map(Op::MsyncBuffers),
+        3 => (ix(), any::<u64>(), prop::option::of(any::<u32>()))
+            .prop_map(|(i, p, v)| Op::Typed(i, p, v)),
+        3 => (valid_rg(), any::<u8>()).prop_map(|(r, b)| Op::Slice(r, b)),
     ]
 }
 
@@ -666,9 +689,30 @@ impl Harness {
             Ix::Max => u64::MAX,
         }
     }
-    /// The address `OutOfRange` reports for mapping offset `off` (index `i` scaled for pins).
-    fn addr_of(&self, off_or_index: u64) -> usize {
-        (self.m.as_ptr() as usize).wrapping_add(off_or_index as usize)
+    /// Whether `e` is the `OutOfRange` of a range call for `(off, n)`: the range asked for and
+    /// the mapping's length.
+    fn oor_range(&self, e: &Error, off: u64, n: u64) -> bool {
+        let want = Bounds::Range {
+            offset: off,
+            len: n,
+            mapping_len: self.len,
+        };
+        matches!(e, Error::OutOfRange(b) if *b == want)
+    }
+    /// Whether `e` is the `OutOfRange` of an index call for buffer `i`: the index and the
+    /// buffer count.
+    fn oor_index(&self, e: &Error, i: u64) -> bool {
+        let want = Bounds::Buffer {
+            index: i,
+            buffers: self.nbuf,
+        };
+        matches!(e, Error::OutOfRange(b) if *b == want)
+    }
+    /// Whether `e` is the `OutOfRange` of an index-list call: the first index past the end.
+    fn oor_list(&self, e: &Error, idx: &[u64]) -> bool {
+        idx.iter()
+            .find(|&&i| i >= self.nbuf)
+            .is_some_and(|&i| self.oor_index(e, i))
     }
 
     fn budget_bufs(&self) -> u64 {
@@ -676,6 +720,21 @@ impl Harness {
     }
 
     fn invariants(&self, what: &str) {
+        // The mapping's own counters are its share of the cache's: all of the demand
+        // counters (only this thread moves them) when it is alone, at most them otherwise.
+        let (mine, all) = (self.m.stats(), self.cache.stats());
+        let (mine, all) = ((mine.hits, mine.misses), (all.hits, all.misses));
+        if self.neighbour.is_none() {
+            assert_eq!(
+                mine, all,
+                "{what}: the mapping's hits and misses are the cache's"
+            );
+        } else {
+            assert!(
+                mine.0 <= all.0 && mine.1 <= all.1,
+                "{what}: {mine:?} > {all:?}"
+            );
+        }
         let used = self.cache.used();
         assert!(
             used <= self.budget,
@@ -762,12 +821,7 @@ impl Harness {
             r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
             Some((off, n))
         } else {
-            self.expect_refused(
-                &r,
-                before,
-                |e| oor_at(e, self.addr_of(off), n as usize),
-                what,
-            );
+            self.expect_refused(&r, before, |e| self.oor_range(e, off, n), what);
             None
         }
     }
@@ -781,12 +835,7 @@ impl Harness {
         i: u64,
         what: &str,
     ) {
-        self.expect_refused(
-            r,
-            before,
-            |e| oor_at(e, self.addr_of(i.wrapping_mul(self.bs)), self.bs as usize),
-            what,
-        );
+        self.expect_refused(r, before, |e| self.oor_index(e, i), what);
     }
 
     fn demand_counters(&self) -> (u64, u64) {
@@ -833,6 +882,10 @@ impl Harness {
                     let g = r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
                     assert_eq!(g.len() as u64, self.valid(i), "{what}: guard length");
                     self.check_bytes(&g, i * self.bs, &what);
+                    assert!(
+                        self.m.is_resident(i).unwrap(),
+                        "{what}: a pinned buffer is resident"
+                    );
                 }
             }
             Op::PinExclusive(x, w, raw) => {
@@ -896,7 +949,7 @@ impl Harness {
                     self.expect_refused(
                         &r,
                         before,
-                        |e| oor_at(e, self.addr_of(off), n as usize),
+                        |e| self.oor_range(e, off, n),
                         &format!("{what} ({off}, {n})"),
                     );
                 }
@@ -915,7 +968,7 @@ impl Harness {
                 distinct.sort_unstable();
                 distinct.dedup();
                 if idx.iter().any(|&i| i >= self.nbuf) {
-                    self.expect_refused(&r, before, is_oor, &what);
+                    self.expect_refused(&r, before, |e| self.oor_list(e, &idx), &what);
                 } else if distinct.len() as u64 > self.budget_bufs() {
                     self.expect_refused(&r, before, is_bad_length, &what);
                 } else {
@@ -934,7 +987,7 @@ impl Harness {
                 let before = self.demand_counters();
                 let r = self.m.prefetch_buffers(&idx);
                 if idx.iter().any(|&i| i >= self.nbuf) {
-                    self.expect_refused(&r, before, is_oor, &what);
+                    self.expect_refused(&r, before, |e| self.oor_list(e, &idx), &what);
                 } else {
                     r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
                 }
@@ -1017,6 +1070,37 @@ impl Harness {
                     assert!(g.iter().all(|&b| b == i as u8), "{what}: neighbour bytes");
                 }
             }
+            Op::Write(rg, byte) => self.write_op(*rg, *byte, &what),
+            Op::IsResident(x) => {
+                let i = self.index(*x);
+                let r = self.m.is_resident(i);
+                if i >= self.nbuf {
+                    self.expect_index_refused(&r, self.demand_counters(), i, &what);
+                } else {
+                    r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                }
+            }
+            Op::EvictBuffers(v) | Op::WritebackBuffers(v) | Op::MsyncBuffers(v) => {
+                let idx: Vec<u64> = v.iter().map(|&x| self.index(x)).collect();
+                let before = self.demand_counters();
+                let r = match op {
+                    Op::EvictBuffers(_) => self.m.evict_buffers(&idx),
+                    Op::WritebackBuffers(_) => self.m.writeback_buffers(&idx),
+                    _ => self.m.msync_buffers(&idx),
+                };
+                if idx.iter().any(|&i| i >= self.nbuf) {
+                    self.expect_refused(&r, before, |e| self.oor_list(e, &idx), &what);
+                    return;
+                }
+                r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                if let Op::MsyncBuffers(_) = op {
+                    for &i in &idx {
+                        self.check_store((i * self.bs, self.valid(i)), &what);
+                    }
+                }
+            }
+            Op::Typed(x, pos, value) => self.typed(*x, *pos, *value, &what),
+            Op::Slice(rg, byte) => self.slice(*rg, *byte, &what),
             Op::FailWrites(k, rg) => self.fail_writes(*k, *rg, &what),
             Op::FailReads(short, k) => self.fail_reads(*short, *k, &what),
             Op::FailSync(rg) => {
@@ -1047,12 +1131,7 @@ impl Harness {
     fn expect_ensure(&self, r: Result<(), Error>, rg: (u64, u64), before: (u64, u64), what: &str) {
         if !self.in_range(rg) {
             let (off, n) = rg;
-            self.expect_refused(
-                &r,
-                before,
-                |e| oor_at(e, self.addr_of(off), n as usize),
-                what,
-            );
+            self.expect_refused(&r, before, |e| self.oor_range(e, off, n), what);
         } else if self.buffers_of(rg).count() as u64 > self.budget_bufs() {
             let bytes = self.buffers_of(rg).count() as u64 * self.bs;
             self.expect_refused(
@@ -1126,6 +1205,106 @@ impl Harness {
         } else {
             r.unwrap_or_else(|e| panic!("{what}: {e:?}"));
             assert_eq!(got, want, "{what}: every index visited as often as listed");
+        }
+    }
+
+    /// `Mapping::write`: within a writable mapping it lands (the model too); past the end it
+    /// is refused naming the range, on a read-only mapping with `ReadOnly`, changing nothing.
+    fn write_op(&mut self, rg: Rg, byte: u8, what: &str) {
+        let (off, n) = self.range(rg);
+        if n > 1 << 22 {
+            return; // An overflowing length cannot be allocated.
+        }
+        let data = vec![byte; n as usize];
+        let before = self.demand_counters();
+        let r = self.m.write(off, &data);
+        if !self.in_range((off, n)) {
+            self.expect_refused(&r, before, |e| self.oor_range(e, off, n), what);
+        } else if !self.writable {
+            self.expect_refused(&r, before, |e| matches!(e, Error::ReadOnly), what);
+        } else {
+            r.unwrap_or_else(|e| panic!("{what} ({off}, {n}): {e:?}"));
+            self.view_mut(off, n).fill(byte);
+        }
+    }
+
+    /// Typed reads (shared pin, optimistic view) and writes (exclusive pin) of a `u32`.
+    fn typed(&mut self, x: Ix, pos: u64, value: Option<u32>, what: &str) {
+        let i = self.index(x);
+        if i >= self.nbuf {
+            let before = self.demand_counters();
+            let r = self.m.pin_shared(i);
+            self.expect_index_refused(&r, before, i, what);
+            return;
+        }
+        if self.valid(i) < 4 {
+            return;
+        }
+        let p = pos % (self.valid(i) - 3);
+        let at = i * self.bs + p;
+        match value {
+            Some(v) if self.writable => {
+                let mut g = self
+                    .m
+                    .pin_exclusive(i)
+                    .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                g.write::<u32>(p as usize, v);
+                assert_eq!(g.read::<u32>(p as usize), v, "{what}: read back");
+                drop(g);
+                self.view_mut(at, 4).copy_from_slice(&v.to_ne_bytes());
+            }
+            _ => {
+                let want = u32::from_ne_bytes(self.view(at, 4).try_into().unwrap());
+                let g = self
+                    .m
+                    .pin_shared(i)
+                    .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                assert_eq!(g.read::<u32>(p as usize), want, "{what}: shared pin");
+                drop(g);
+                let got = self
+                    .m
+                    .read_optimistic(i, |v| v.read::<u32>(p as usize))
+                    .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                assert_eq!(got, want, "{what}: optimistic view");
+            }
+        }
+    }
+
+    /// Typed slices: refused on a plain mapping; on a transparent one, `as_slice` reads a
+    /// read-only mapping and `as_mut_slice` stores into a writable one.
+    fn slice(&mut self, rg: Rg, byte: u8, what: &str) {
+        let (off, n) = self.range(rg);
+        let (s, e) = (off as usize, (off + n) as usize);
+        if !self.transparent {
+            let r = if self.writable {
+                self.m.as_mut_slice::<u8>().map(|_| ())
+            } else {
+                self.m.as_slice::<u8>().map(|_| ())
+            };
+            assert!(matches!(r, Err(Error::BadArgument(_))), "{what}: {r:?}");
+        } else if self.writable {
+            assert!(
+                matches!(self.m.as_slice::<u8>(), Err(Error::BadArgument(_))),
+                "{what}: as_slice of a writable mapping"
+            );
+            let sl = self
+                .m
+                .as_mut_slice::<u8>()
+                .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            assert_eq!(sl.len() as u64, self.len, "{what}: slice length");
+            watched(|| sl[s..e].fill(byte));
+            self.view_mut(off, n).fill(byte);
+        } else {
+            assert!(
+                matches!(self.m.as_mut_slice::<u8>(), Err(Error::ReadOnly)),
+                "{what}: as_mut_slice of a read-only mapping"
+            );
+            let sl = self
+                .m
+                .as_slice::<u8>()
+                .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+            let got = watched(|| sl[s..e].to_vec());
+            self.check_bytes(&got, off, what);
         }
     }
 
@@ -1254,7 +1433,17 @@ impl Harness {
         };
         let rg = (off, n as u64);
         if !self.in_range(rg) {
-            self.expect_refused(&r, before, is_oor, what);
+            // The address calls have only the address to name.
+            let want = Bounds::Address {
+                addr: addr as usize,
+                len: n,
+            };
+            self.expect_refused(
+                &r,
+                before,
+                |e| matches!(e, Error::OutOfRange(b) if *b == want),
+                what,
+            );
             return;
         }
         match o {
@@ -1415,14 +1604,6 @@ fn watched<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-fn is_oor(e: &Error) -> bool {
-    matches!(e, Error::OutOfRange { .. })
-}
-
-/// The `OutOfRange` of a range-based call names the range asked for.
-fn oor_at(e: &Error, addr: usize, len: usize) -> bool {
-    matches!(e, Error::OutOfRange { addr: a, len: l } if *a == addr && *l == len)
-}
 fn is_bad_length(e: &Error) -> bool {
     matches!(e, Error::BadLength { .. })
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::MappingCore;
 use crate::error::{Error, Result};
 use crate::guard::{ExclusiveGuard, OptimisticView, SharedGuard};
-use crate::state::Word;
+use crate::state::{Phase, Word};
 
 /// A mapped object. Dropping it writes back and releases everything, like [`Mapping::unmap`]
 /// but without a way to report failure: call `unmap` to learn of it.
@@ -85,6 +85,37 @@ impl Mapping {
         self.core.read_into(offset, buf)
     }
 
+    /// Copies `data` into the mapping at `offset`, through the cache: the counterpart of
+    /// [`Mapping::read`]. Each buffer the range overlaps is pinned exclusively (loaded first
+    /// on a miss, so the bytes of a partly covered buffer outside the range keep the object's
+    /// values), written, and left dirty for write-back; [`Mapping::msync`] makes it durable.
+    ///
+    /// A range past the end is refused with [`Error::OutOfRange`] before anything is written,
+    /// and a read-only mapping with [`Error::ReadOnly`]. The write is not atomic: another
+    /// thread may see the first buffers written before the last, and if a load fails midway
+    /// (the error is returned) the buffers before it hold the new bytes. A buffer this thread
+    /// holds exclusively is refused with [`Error::WouldDeadlock`], as a pin would be; like
+    /// [`Mapping::pin_exclusive`], it waits for shared pins, so drop this thread's own shared
+    /// guards of the range first.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ucache::{Cache, CacheOptions, MapOptions, store::MemoryStore};
+    /// let store = Arc::new(MemoryStore::new());
+    /// store.insert("table", vec![0; 4 * 4096]);
+    /// let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
+    /// let map = cache.map(store.clone(), "table", MapOptions::new().writable(true)).unwrap();
+    /// map.write(4090, b"spans two buffers").unwrap();
+    /// let mut back = [0u8; 17];
+    /// map.read(4090, &mut back).unwrap();
+    /// assert_eq!(&back, b"spans two buffers");
+    /// map.msync(0, map.len()).unwrap();
+    /// assert_eq!(&store.get("table").unwrap()[4090..4107], b"spans two buffers");
+    /// ```
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.core.write_from(offset, data)
+    }
+
     /// Visits buffers as they become available: pins each of `indices` shared and calls
     /// `f(index, bytes)`, hits at once and misses as soon as their own reads complete, keeping
     /// up to `depth` reads in flight from the calling thread (a graph frontier, a list of
@@ -153,9 +184,22 @@ impl Mapping {
         self.core.evict_range(offset, len)
     }
 
+    /// Evicts the listed buffers, as [`Mapping::evict`] does a range: unpinned ones go (dirty
+    /// ones written back first), pinned ones stay. Every index is checked first: one past the
+    /// end is [`Error::OutOfRange`] and nothing is evicted.
+    pub fn evict_buffers(&self, indices: &[u64]) -> Result<()> {
+        self.core.evict_indices_explicit(indices)
+    }
+
     /// Starts writing back the dirty buffers overlapping the range in the background.
     pub fn writeback(&self, offset: u64, len: u64) -> Result<()> {
         MappingCore::writeback_range(&self.core, offset, len)
+    }
+
+    /// Starts writing back the listed buffers that are dirty, in the background, as
+    /// [`Mapping::writeback`] does a range. Every index is checked first.
+    pub fn writeback_buffers(&self, indices: &[u64]) -> Result<()> {
+        MappingCore::writeback_indices(&self.core, indices)
     }
 
     /// Writes back the dirty buffers overlapping the range and makes them durable before it
@@ -168,6 +212,30 @@ impl Mapping {
     /// [`Mapping::clear_sync_failure`]. An `Ok` always means durable.
     pub fn msync(&self, offset: u64, len: u64) -> Result<()> {
         self.core.msync_range(offset, len)
+    }
+
+    /// Writes back the listed buffers that are dirty and makes them durable before it
+    /// returns, as [`Mapping::msync`] does a range, with the same failure rules. Every index
+    /// is checked first: one past the end is [`Error::OutOfRange`] and nothing is written.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ucache::{Cache, CacheOptions, MapOptions, store::MemoryStore};
+    /// let store = Arc::new(MemoryStore::new());
+    /// store.insert("kv", vec![0; 8 * 4096]);
+    /// let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
+    /// let map = cache.map(store.clone(), "kv", MapOptions::new().writable(true)).unwrap();
+    /// for bucket in [1u64, 6] {
+    ///     map.pin_exclusive(bucket).unwrap().write::<u64>(0, 42 + bucket);
+    /// }
+    /// map.msync_buffers(&[6, 1]).unwrap();
+    /// assert!(map.is_resident(6).unwrap());
+    /// map.evict_buffers(&[1, 6]).unwrap();
+    /// assert!(!map.is_resident(6).unwrap());
+    /// assert_eq!(store.get("kv").unwrap()[6 * 4096], 48);
+    /// ```
+    pub fn msync_buffers(&self, indices: &[u64]) -> Result<()> {
+        self.core.msync_indices(indices)
     }
 
     /// Lifts the poison a failed sync left (see [`Error::SyncPoisoned`]), once the application
@@ -190,12 +258,86 @@ impl Mapping {
     pub fn is_transparent(&self) -> bool {
         self.core.is_transparent()
     }
+    /// The mapping's memory as a slice of `T`, for a read-only transparent mapping: plain
+    /// loads, faulting misses in as they come, with no `unsafe` in the program.
+    ///
+    /// Refused with [`Error::BadArgument`] for a mapping that is not transparent (its memory
+    /// holds data only under a pin), one that is writable (an exclusive pin or
+    /// [`Mapping::write`] through `&self` could change the values under the slice: use
+    /// [`Mapping::as_mut_slice`]), a zero-sized `T`, a base not aligned for `T`, or a length
+    /// that is not a whole number of `T`. See `mapping/typed.rs` for why the slice is sound,
+    /// and its one caveat, shared with `mmap`: the object must not change behind the cache.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ucache::{Cache, CacheOptions, MapOptions, store::MemoryStore};
+    /// let store = MemoryStore::new();
+    /// let column: Vec<u8> = (0..4096u64 * 4).flat_map(|v| v.to_ne_bytes()).collect();
+    /// store.insert("column", column);
+    /// let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
+    /// let map = cache
+    ///     .map(Arc::new(store), "column", MapOptions::new().transparent(true))
+    ///     .unwrap();
+    /// let values: &[u64] = map.as_slice().unwrap();
+    /// assert_eq!(values.len(), 4096 * 4);
+    /// assert_eq!(values.iter().sum::<u64>(), (0..4096u64 * 4).sum());
+    /// ```
+    pub fn as_slice<T: bytemuck::Pod>(&self) -> Result<&[T]> {
+        let (p, n) = self.core.typed_bytes::<T>("as_slice")?;
+        if self.core.writable {
+            return Err(Error::BadArgument(
+                "as_slice needs a read-only mapping: pins and writes through `&self` could \
+                 change a writable one under the slice (use as_mut_slice)"
+                    .into(),
+            ));
+        }
+        // SAFETY: `typed_bytes` checked alignment and length; the memory is live as long as
+        // `self`, reads fault in misses, and a read-only mapping has no writer (module docs
+        // of mapping/typed.rs).
+        Ok(unsafe { std::slice::from_raw_parts(p, n) })
+    }
+
+    /// The mapping's memory as a mutable slice of `T`, for a writable transparent mapping:
+    /// plain stores, each first store to a clean buffer marking it dirty, as through
+    /// [`Mapping::as_mut_ptr`] but with no `unsafe` in the program.
+    ///
+    /// It takes `&mut self`, so while the slice lives no pin, read or write of this mapping
+    /// can alias it; write-back, eviction and reloads keep the values as stored. Refused as
+    /// [`Mapping::as_slice`] is, and with [`Error::ReadOnly`] for a read-only mapping.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ucache::{Cache, CacheOptions, MapOptions, store::MemoryStore};
+    /// let store = Arc::new(MemoryStore::new());
+    /// store.insert("counts", vec![0; 4 * 4096]);
+    /// let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
+    /// let opts = MapOptions::new().transparent(true).writable(true);
+    /// let mut map = cache.map(store.clone(), "counts", opts).unwrap();
+    /// let counts: &mut [u32] = map.as_mut_slice().unwrap();
+    /// counts[1000] += 7;
+    /// map.msync(0, map.len()).unwrap();
+    /// assert_eq!(store.get("counts").unwrap()[4000..4004], 7u32.to_ne_bytes());
+    /// ```
+    pub fn as_mut_slice<T: bytemuck::Pod>(&mut self) -> Result<&mut [T]> {
+        let (p, n) = self.core.typed_bytes::<T>("as_mut_slice")?;
+        if !self.core.writable {
+            return Err(Error::ReadOnly);
+        }
+        // SAFETY: `typed_bytes` checked alignment and length; `&mut self` keeps every other
+        // path through this mapping out while the slice lives (module docs of
+        // mapping/typed.rs).
+        Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
+    }
+
     /// Mapped bytes.
     pub fn len(&self) -> u64 {
         self.core.len
     }
+    /// Whether the mapping has no bytes: `len() == 0`. [`crate::Cache::map`] refuses an empty
+    /// mapping, so this is always `false`; it is here because a `len` without it reads as an
+    /// oversight.
     pub fn is_empty(&self) -> bool {
-        false
+        self.core.len == 0
     }
     pub fn buffer_size(&self) -> usize {
         self.core.bs
@@ -215,9 +357,58 @@ impl Mapping {
     pub fn buffer_of(&self, offset: u64) -> u64 {
         offset >> self.core.shift
     }
+    /// Whether buffer `index` is in memory now, so that a pin of it would not read the store:
+    /// cached (pinned or not), or set aside on a transparent mapping. A snapshot: another
+    /// thread (or the evictor) may evict or load it right after. An index past the end is
+    /// [`Error::OutOfRange`].
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ucache::{Cache, CacheOptions, MapOptions, store::MemoryStore};
+    /// let store = MemoryStore::new();
+    /// store.insert("o", vec![1; 4 * 4096]);
+    /// let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
+    /// let map = cache.map(Arc::new(store), "o", MapOptions::new()).unwrap();
+    /// assert!(!map.is_resident(2).unwrap());
+    /// drop(map.pin_shared(2).unwrap());
+    /// assert!(map.is_resident(2).unwrap());
+    /// assert!(map.is_resident(4).is_err());
+    /// ```
+    pub fn is_resident(&self, index: u64) -> Result<bool> {
+        let w = self.core.slot(index)?.load();
+        Ok(matches!(w.phase(), Phase::Cached | Phase::Aside))
+    }
     /// The state word of buffer `index`, for diagnostics and tests.
     pub fn state(&self, index: u64) -> Option<Word> {
         self.core.states.get(index as usize).map(|s| s.load())
+    }
+    /// This mapping's share of [`crate::Cache::stats`]: its hits, misses and their latency,
+    /// evictions of its buffers, its write-backs, prefetches and faults. Summed over the
+    /// cache's mappings these are the cache's counters, except `budget_stalls`, which belongs
+    /// to the cache's budget and stays 0 here. A mapping counts its events in these counters
+    /// only (sharded per thread, as the cache's were), and the cache's statistics are their
+    /// sum, so a hit still costs one uncontended add.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ucache::{Cache, CacheOptions, MapOptions, store::MemoryStore};
+    /// let store = Arc::new(MemoryStore::new());
+    /// store.insert("a", vec![0; 8 * 4096]);
+    /// store.insert("b", vec![0; 8 * 4096]);
+    /// let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
+    /// let a = cache.map(store.clone(), "a", MapOptions::new()).unwrap();
+    /// let b = cache.map(store, "b", MapOptions::new()).unwrap();
+    /// for _ in 0..3 {
+    ///     drop(a.pin_shared(1).unwrap());
+    /// }
+    /// drop(b.pin_shared(1).unwrap());
+    /// assert_eq!((a.stats().misses, a.stats().hits), (1, 2));
+    /// assert_eq!((b.stats().misses, b.stats().hits), (1, 0));
+    /// assert_eq!(cache.stats().misses, 2);
+    /// println!("{}", a.stats());
+    /// ```
+    pub fn stats(&self) -> crate::StatsSnapshot {
+        self.core.own_stats.snapshot()
     }
     /// The name of the policy attached to this mapping.
     pub fn policy_name(&self) -> &str {

@@ -157,14 +157,14 @@ impl MappingCore {
     /// dropped, "fsyncgate") it is dirty again, so a retried msync writes it again. Writes
     /// made before, by eviction or `writeback`, left their buffers clean or gone: if a sync
     /// fails after such writes, the mapping is poisoned ([`super::sync_ledger`]).
-    pub(super) fn msync_buffers(&self, r: std::ops::Range<u64>) -> Result<()> {
+    pub(super) fn msync_buffers(&self, r: impl IntoIterator<Item = u64>) -> Result<()> {
         if !self.writable {
             return Ok(());
         }
         let mut errors = Vec::new();
         let mut sync_error = None;
         let mark = self.sync_ledger.poison_mark();
-        let mut pending: Vec<u64> = r.collect();
+        let mut pending: Vec<u64> = r.into_iter().collect();
         loop {
             let mut mine = Vec::new();
             let mut busy = Vec::new();

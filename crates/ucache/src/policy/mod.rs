@@ -45,6 +45,7 @@ mod s3fifo;
 mod sieve;
 mod simulator;
 mod two_q;
+mod veto;
 mod w_tiny_lfu;
 
 pub use advanced::{advanced_policy_by_name, ADVANCED_POLICY_NAMES};
@@ -72,6 +73,7 @@ pub use s3fifo::{S3Fifo, S3Queue};
 pub use sieve::Sieve;
 pub use simulator::{SimStats, Simulator};
 pub use two_q::TwoQ;
+pub use veto::Veto;
 pub use w_tiny_lfu::WTinyLfu;
 
 /// The shape of the mapping a policy is attached to.

@@ -63,6 +63,21 @@ impl Store for FileStore {
     }
 }
 
+/// The error for a path that `open` did not find: [`Error::DirectoryNotFound`] when the
+/// directory that would hold it is missing (creating the file cannot help then), else
+/// [`Error::NotFound`] for the file itself.
+fn missing(path: &Path, name: &str, e: io::Error) -> Error {
+    match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) if std::fs::metadata(dir).is_err_and(|m| m.kind() == io::ErrorKind::NotFound) => {
+            Error::DirectoryNotFound {
+                directory: dir.display().to_string(),
+                object: name.to_string(),
+            }
+        }
+        _ => Error::io("open", name, 0, e),
+    }
+}
+
 /// One open file or block device.
 #[derive(Debug)]
 pub struct FileObject {
@@ -110,6 +125,7 @@ impl FileObject {
                      (open returned EINVAL); open it with a buffered store instead"
                 )))
             }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(missing(path, &name, e)),
             Err(e) => Err(Error::io("open", &name, 0, e)),
         }
     }
