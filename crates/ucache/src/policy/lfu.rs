@@ -16,7 +16,52 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
-use super::{Buffers, Layout, Policy};
+use super::config::{check_range, parse_value};
+use super::{Buffers, Layout, Policy, PolicyConfig, PolicyConfigError};
+
+/// LFU's parameter: residents sampled per victim. With at least as many samples as residents
+/// the choice is exact (the least frequent resident; ties to the first found).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LfuConfig {
+    /// 1 to [`MAX_SAMPLES`].
+    pub samples: usize,
+}
+
+impl Default for LfuConfig {
+    fn default() -> Self {
+        LfuConfig {
+            samples: DEFAULT_SAMPLES,
+        }
+    }
+}
+
+impl PolicyConfig for LfuConfig {
+    fn policy_name(&self) -> &'static str {
+        "lfu"
+    }
+
+    fn params(&self) -> Vec<(&'static str, String)> {
+        vec![("samples", self.samples.to_string())]
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<(), PolicyConfigError> {
+        match key {
+            "samples" => {
+                self.samples = parse_value("lfu", "samples", value, "an integer from 1 to 64")?
+            }
+            _ => return Err(self.unknown_parameter(key)),
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), PolicyConfigError> {
+        check_range("lfu", "samples", self.samples as u64, 1, MAX_SAMPLES as u64)
+    }
+
+    fn build_unchecked(&self) -> Box<dyn Policy> {
+        Box::new(Lfu::with_samples(self.samples))
+    }
+}
 
 /// Residents sampled per victim by default.
 pub const DEFAULT_SAMPLES: usize = 16;
