@@ -71,6 +71,17 @@ const AHEAD: usize = 8;
 /// Replays `trace` once.
 pub fn replay(trace: &Trace, job: &Job, progress: &ProgressBar) -> Result<Outcome, String> {
     let policy = policy_from_spec(&job.policy).map_err(|e| e.to_string())?;
+    replay_policy(trace, policy, job, progress)
+}
+
+/// Replays `trace` once through `policy`, already built (a policy that has no spec: one
+/// written in Python, say), reported under `job.policy`.
+pub fn replay_policy(
+    trace: &Trace,
+    policy: Box<dyn ucache::policy::Policy>,
+    job: &Job,
+    progress: &ProgressBar,
+) -> Result<Outcome, String> {
     let mut sim = Simulator::new(policy, trace.unique, job.cache_size);
     let t0 = thread_cpu();
     let reqs = &trace.requests;

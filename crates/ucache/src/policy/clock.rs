@@ -11,15 +11,19 @@ use super::config::{check_range, parse_value, unknown_preset};
 use super::{Buffers, CounterClock, Layout, Policy, PolicyConfig, PolicyConfigError, ResidentSet};
 use crate::state::Phase;
 
-/// CLOCK's parameters (libCacheSim's names). The default, one bit and new buffers referenced,
-/// is this file's lock-free CLOCK, whose bit is the state word's referenced bit; any other
-/// setting builds [`CounterClock`], which keeps a counter per buffer and a FIFO.
+/// CLOCK's parameters (libCacheSim's names). The default, one bit and new buffers referenced
+/// under `rules=ucache`, is this file's lock-free CLOCK, whose bit is the state word's
+/// referenced bit and whose ring meets a fresh fill newest first; any other setting builds
+/// [`CounterClock`], which keeps a counter per buffer and a FIFO (libCacheSim's `Clock.c`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClockConfig {
     /// Bits of the per-buffer counter (1 to 8): a buffer survives up to `2^n - 1` laps.
     pub n_bit_counter: u8,
     /// The counter of a newly loaded buffer (0 to `2^n - 1`).
     pub init_freq: u8,
+    /// `true`: always the FIFO-reinsertion [`CounterClock`], as libCacheSim runs CLOCK, even
+    /// for one bit and `init_freq` 1.
+    pub fifo_reinsertion: bool,
 }
 
 impl Default for ClockConfig {
@@ -27,16 +31,18 @@ impl Default for ClockConfig {
         ClockConfig {
             n_bit_counter: 1,
             init_freq: 1,
+            fifo_reinsertion: false,
         }
     }
 }
 
 impl ClockConfig {
-    /// libCacheSim 0.3.5's defaults: one bit, new objects not referenced.
+    /// libCacheSim 0.3.5's defaults: one bit, new objects not referenced, FIFO-reinsertion.
     pub fn libcachesim() -> Self {
         ClockConfig {
             n_bit_counter: 1,
             init_freq: 0,
+            fifo_reinsertion: true,
         }
     }
 }
@@ -50,6 +56,7 @@ impl PolicyConfig for ClockConfig {
         vec![
             ("n_bit_counter", self.n_bit_counter.to_string()),
             ("init_freq", self.init_freq.to_string()),
+            ("fifo_reinsertion", self.fifo_reinsertion.to_string()),
         ]
     }
 
@@ -61,6 +68,10 @@ impl PolicyConfig for ClockConfig {
             }
             "init_freq" => {
                 self.init_freq = parse_value("clock", "init_freq", value, "a small integer")?
+            }
+            "fifo_reinsertion" => {
+                self.fifo_reinsertion =
+                    parse_value("clock", "fifo_reinsertion", value, "true or false")?
             }
             _ => return Err(self.unknown_parameter(key)),
         }
@@ -87,7 +98,7 @@ impl PolicyConfig for ClockConfig {
     }
 
     fn build_unchecked(&self) -> Box<dyn Policy> {
-        if *self == Self::default() {
+        if !self.fifo_reinsertion && self.n_bit_counter == 1 && self.init_freq == 1 {
             Box::new(Clock::new())
         } else {
             Box::new(CounterClock::new(self.n_bit_counter, self.init_freq))

@@ -6,7 +6,8 @@
 //! FIFO with the counter at `init_freq`. The victim search looks at the tail: a buffer with a
 //! nonzero counter is moved to the head with its counter decremented, one with zero is the
 //! victim. This is what [`super::ClockConfig`] builds for any setting other than the default
-//! (one bit, inserted referenced), which runs the lock-free [`super::Clock`] with its bit in
+//! (one bit, inserted referenced, no `fifo_reinsertion`), which runs the lock-free
+//! [`super::Clock`] with its bit in
 //! the state word instead. libCacheSim's defaults (one bit, `init_freq` 0: a new buffer gets no
 //! second chance until it is hit) are the preset `clock:libcachesim`.
 //!
