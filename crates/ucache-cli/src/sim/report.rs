@@ -58,11 +58,6 @@ impl Report {
             "trace: {} requests, {} distinct ids",
             self.trace.requests, self.trace.unique
         );
-        let _ = writeln!(
-            s,
-            "{:>12} {:>7}  {:<w$} {:>12} {:>10} {:>12}",
-            "cache_size", "% ids", "policy", "misses", "miss_ratio", "Mreq/s (cpu)"
-        );
         // The policy column fits the longest spec (`s3fifo:libcachesim,...`).
         let w = self
             .results
@@ -71,6 +66,11 @@ impl Report {
             .max()
             .unwrap_or(0)
             .max(10);
+        let _ = writeln!(
+            s,
+            "{:>12} {:>7}  {:<w$} {:>12} {:>10} {:>12}",
+            "cache_size", "% ids", "policy", "misses", "miss_ratio", "Mreq/s (cpu)"
+        );
         let mut rows: Vec<&Row> = self.results.iter().collect();
         rows.sort_by_key(|r| r.cache_size);
         let mut last = None;
