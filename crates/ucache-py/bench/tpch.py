@@ -15,7 +15,8 @@ runs the 22 queries on each system:
 
 As the paper (ucache-fast26 §6.6) does, each query runs `--runs` times in a row in one DuckDB
 session and the reported time is the mean of the runs after the first. ucache gets a budget of
-a quarter of the data's bytes (a fresh cache per system and round). Systems are interleaved:
+a quarter of the data's bytes by default (`--budget-fraction`; at least 8 MiB; a fresh cache
+per system and round). Systems are interleaved:
 each round runs every system once, in turn, and `--rounds` rounds are made; the figure per
 query is the median over rounds. Every query's result must be identical across systems
 (floating-point columns compared to 9 significant digits, as parallel sums may add in another
@@ -107,12 +108,13 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--systems", default="local,ucache-local,s3fs,httpfs,ucache-s3")
     ap.add_argument("--buffer-size", default="1MiB", help="ucache's buffer size for S3 (local: 64KiB)")
+    ap.add_argument("--budget-fraction", type=float, default=0.25, help="ucache's budget, as a share of the data")
     a = ap.parse_args()
 
     a.data = a.data / f"sf{a.sf}"
     generate(a.sf, a.data)
     data_bytes = sum((a.data / f"{t}.parquet").stat().st_size for t in TABLES)
-    budget = max(data_bytes // 4, 8 << 20)
+    budget = max(int(data_bytes * a.budget_fraction), 8 << 20)
     wanted = a.systems.split(",")
     systems: list[System] = []
     skipped: dict[str, str] = {}
@@ -200,6 +202,7 @@ def main() -> int:
         "sf": a.sf,
         "data_bytes": data_bytes,
         "ucache_budget": budget,
+        "buffer_size_s3": a.buffer_size,
         "rounds": a.rounds,
         "runs": a.runs,
         "systems": ran,
