@@ -48,14 +48,14 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "clock": {"n_bit_counter": 1, "init_freq": 1, "fifo_reinsertion": "false"},
     "s3fifo": {"small_size_ratio": 0.1, "ghost_size_ratio": "main", "move_to_main_threshold": 1, "rules": "ucache"},
     "2q": {"a_in_size_ratio": 0.25, "a_out_size_ratio": 0.5},
-    "lfu": {"samples": 16},
+    "lfu": {"samples": 16, "exact": "false"},
     "lirs": {"hir_ratio": 0.01},
     "w-tinylfu": {"window_size": 0.01},
 }
 """Each parameterized policy's parameters and defaults (the defaults are the policies as they
 ran before they had parameters). Presets: ``clock:libcachesim`` (``init_freq=0, fifo_reinsertion=true``),
 ``s3fifo:libcachesim`` (``ghost_size_ratio=0.9, move_to_main_threshold=2,
-rules=libcachesim``), and ``libcachesim`` for every policy whose libCacheSim definition is
+rules=libcachesim``), ``lfu:libcachesim`` (``exact=true``), and ``libcachesim`` for every policy whose libCacheSim definition is
 ucache's (lru, fifo, mru, sieve, 2q, arc)."""
 
 

@@ -9,10 +9,10 @@ The classes at the end mirror libCacheSim's Python package for the common calls
 (``LRU(cache_size).process_trace(trace) -> (miss_ratio, byte_miss_ratio)``), so a notebook
 written against libcachesim can switch by changing its import. They take libCacheSim's
 parameter names and run ucache's policies with libCacheSim's presets where ucache has one
-(``Clock`` is ``clock:libcachesim``, ``S3FIFO`` is ``s3fifo:libcachesim``): LRU, FIFO, Sieve,
-TwoQ, Clock and S3FIFO then give libCacheSim 0.3.5's miss ratios exactly (checked by
-tests/test_libcachesim.py); ARC, LIRS, LFU and WTinyLFU are close variants (see
-docs/policies.md).
+(``Clock`` is ``clock:libcachesim``, ``S3FIFO`` is ``s3fifo:libcachesim``, ``LFU`` the exact
+``lfu:libcachesim``): LRU, FIFO, Sieve, LFU, TwoQ, Clock and S3FIFO then give libCacheSim
+0.3.5's miss ratios exactly (checked by tests/test_libcachesim.py); ARC, LIRS and WTinyLFU are
+close variants (see docs/policies.md).
 
 A policy is a name with optional parameters (``"s3fifo"``, ``"s3fifo:libcachesim"``,
 ``"s3fifo:small_size_ratio=0.2"``, or keyword arguments of :func:`simulate`), or a policy
@@ -165,7 +165,7 @@ Sieve = _policy_class("Sieve", "sieve")
 S3FIFO = _policy_class(
     "S3FIFO", "s3fifo:libcachesim", ("small_size_ratio", "ghost_size_ratio", "move_to_main_threshold")
 )
-LFU = _policy_class("LFU", "lfu")
+LFU = _policy_class("LFU", "lfu:libcachesim")
 TwoQ = _policy_class("TwoQ", "2q", ("a_in_size_ratio", "a_out_size_ratio"))
 ARC = _policy_class("ARC", "arc")
 LIRS = _policy_class("LIRS", "lirs")

@@ -16,21 +16,25 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
-use super::config::{check_range, parse_value};
+use super::config::{check_range, parse_value, unknown_preset};
 use super::{Buffers, Layout, Policy, PolicyConfig, PolicyConfigError};
 
-/// LFU's parameter: residents sampled per victim. With at least as many samples as residents
-/// the choice is exact (the least frequent resident; ties to the first found).
+/// LFU's parameters: residents sampled per victim, or the exact policy. With at least as many
+/// samples as residents the sampled choice is exact too, but ties go to the first found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LfuConfig {
     /// 1 to [`MAX_SAMPLES`].
     pub samples: usize,
+    /// `true`: [`super::ExactLfu`] (every resident ordered; ties to the earliest arrival at
+    /// the count, libCacheSim's LFU), and `samples` is unused.
+    pub exact: bool,
 }
 
 impl Default for LfuConfig {
     fn default() -> Self {
         LfuConfig {
             samples: DEFAULT_SAMPLES,
+            exact: false,
         }
     }
 }
@@ -41,7 +45,10 @@ impl PolicyConfig for LfuConfig {
     }
 
     fn params(&self) -> Vec<(&'static str, String)> {
-        vec![("samples", self.samples.to_string())]
+        vec![
+            ("samples", self.samples.to_string()),
+            ("exact", self.exact.to_string()),
+        ]
     }
 
     fn set(&mut self, key: &str, value: &str) -> Result<(), PolicyConfigError> {
@@ -49,7 +56,20 @@ impl PolicyConfig for LfuConfig {
             "samples" => {
                 self.samples = parse_value("lfu", "samples", value, "an integer from 1 to 64")?
             }
+            "exact" => self.exact = parse_value("lfu", "exact", value, "true or false")?,
             _ => return Err(self.unknown_parameter(key)),
+        }
+        Ok(())
+    }
+
+    fn presets(&self) -> &'static [&'static str] {
+        &["libcachesim", "exact"]
+    }
+
+    fn preset(&mut self, name: &str) -> Result<(), PolicyConfigError> {
+        match name {
+            "libcachesim" | "exact" => self.exact = true,
+            _ => return Err(unknown_preset(self, name)),
         }
         Ok(())
     }
@@ -59,7 +79,11 @@ impl PolicyConfig for LfuConfig {
     }
 
     fn build_unchecked(&self) -> Box<dyn Policy> {
-        Box::new(Lfu::with_samples(self.samples))
+        if self.exact {
+            Box::new(super::ExactLfu::new())
+        } else {
+            Box::new(Lfu::with_samples(self.samples))
+        }
     }
 }
 

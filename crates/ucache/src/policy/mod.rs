@@ -25,6 +25,7 @@ pub mod config;
 mod conformance;
 mod count_min;
 mod counter_clock;
+mod exact_lfu;
 mod fallback;
 mod fifo;
 mod get_scan;
@@ -58,6 +59,7 @@ pub use config::{
 };
 pub use count_min::CountMin;
 pub use counter_clock::CounterClock;
+pub use exact_lfu::ExactLfu;
 pub use fallback::Fallback;
 pub use fifo::Fifo;
 pub use get_scan::GetScan;
