@@ -23,7 +23,7 @@ use super::{Buffers, Layout, Policy, PolicyConfig, PolicyConfigError};
 /// samples as residents the sampled choice is exact too, but ties go to the first found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LfuConfig {
-    /// 1 to [`MAX_SAMPLES`].
+    /// 1 to 64.
     pub samples: usize,
     /// `true`: [`super::ExactLfu`] (every resident ordered; ties to the earliest arrival at
     /// the count, libCacheSim's LFU), and `samples` is unused.
