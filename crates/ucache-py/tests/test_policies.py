@@ -200,3 +200,13 @@ def test_python_policy_under_threads_and_the_background_evictor(data_file: Path)
         t.join(120)
     assert not errors and not any(t.is_alive() for t in ts)
     assert m.policy_error is None
+
+
+def test_documented_parameters_are_the_defaults():
+    """ucache.policy.PARAMETERS names every parameter with its default: spelling them all out
+    changes nothing, and each is accepted."""
+    ids = _trace()
+    for name, params in ucache.policy.PARAMETERS.items():
+        assert ucache.simulate(ids, ucache.policy.spec(name, **params), [30, 300]) == ucache.simulate(
+            ids, name, [30, 300]
+        ), name
