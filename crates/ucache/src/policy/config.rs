@@ -180,6 +180,25 @@ pub(crate) fn check_ratio(
     })
 }
 
+/// Checks that `value` is a share of the capacity that leaves some of it to `rest` (the
+/// open interval (0, 1)): a small queue, a window.
+pub(crate) fn check_share(
+    policy: &'static str,
+    key: &'static str,
+    value: f64,
+    rest: &str,
+) -> Result<(), PolicyConfigError> {
+    if value.is_finite() && value > 0.0 && value < 1.0 {
+        return Ok(());
+    }
+    Err(PolicyConfigError::InvalidValue {
+        policy,
+        key,
+        value: value.to_string(),
+        expected: format!("a number in (0, 1): {rest} needs the rest"),
+    })
+}
+
 /// Checks that an integer parameter lies in `lo..=hi`.
 pub(crate) fn check_range(
     policy: &'static str,
@@ -401,6 +420,8 @@ mod tests {
                 "{bad}: {err}"
             );
         }
+        let whole = e("s3fifo:small_size_ratio=1").to_string();
+        assert!(whole.contains("the main queue needs the rest"), "{whole}");
         assert!(matches!(e("s3fifo:"), PolicyConfigError::BadSpec(_)));
         assert!(matches!(
             e("s3fifo:a=1,,"),

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
-use super::config::{check_range, check_ratio, parse_value, share, unknown_preset};
+use super::config::{check_range, check_ratio, check_share, parse_value, share, unknown_preset};
 use super::{Buffers, IndexQueues, Layout, Policy, PolicyConfig, PolicyConfigError};
 
 const MAX_FREQ: u8 = 3;
@@ -175,15 +175,12 @@ impl PolicyConfig for S3FifoConfig {
 
     fn validate(&self) -> Result<(), PolicyConfigError> {
         let n = "s3fifo";
-        check_ratio(n, "small_size_ratio", self.small_size_ratio, true, 1.0)?;
-        if self.small_size_ratio >= 1.0 {
-            return Err(PolicyConfigError::InvalidValue {
-                policy: n,
-                key: "small_size_ratio",
-                value: self.small_size_ratio.to_string(),
-                expected: "a number in (0, 1): the main queue needs room".to_string(),
-            });
-        }
+        check_share(
+            n,
+            "small_size_ratio",
+            self.small_size_ratio,
+            "the main queue",
+        )?;
         if let Some(g) = self.ghost_size_ratio {
             check_ratio(n, "ghost_size_ratio", g, false, 10.0)?;
         }

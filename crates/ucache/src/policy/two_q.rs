@@ -14,7 +14,7 @@
 use parking_lot::Mutex;
 
 use super::advanced::idle;
-use super::config::{check_ratio, parse_value, share, unknown_preset};
+use super::config::{check_ratio, check_share, parse_value, share, unknown_preset};
 use super::{Buffers, IndexList, Layout, Policy, PolicyConfig, PolicyConfigError};
 
 /// 2Q's parameters: A1in's and A1out's shares of the capacity. The defaults are the paper's
@@ -74,15 +74,7 @@ impl PolicyConfig for TwoQConfig {
     }
 
     fn validate(&self) -> Result<(), PolicyConfigError> {
-        check_ratio("2q", "a_in_size_ratio", self.a_in_size_ratio, true, 1.0)?;
-        if self.a_in_size_ratio >= 1.0 {
-            return Err(PolicyConfigError::InvalidValue {
-                policy: "2q",
-                key: "a_in_size_ratio",
-                value: self.a_in_size_ratio.to_string(),
-                expected: "a number in (0, 1): Am needs room".to_string(),
-            });
-        }
+        check_share("2q", "a_in_size_ratio", self.a_in_size_ratio, "Am")?;
         check_ratio("2q", "a_out_size_ratio", self.a_out_size_ratio, true, 10.0)
     }
 

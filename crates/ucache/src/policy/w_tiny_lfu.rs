@@ -18,7 +18,7 @@
 use parking_lot::{Mutex, MutexGuard};
 
 use super::advanced::idle;
-use super::config::{check_ratio, parse_value, share};
+use super::config::{check_share, parse_value, share};
 use super::count_min::CountMin;
 use super::{Buffers, IndexList, Layout, Policy, PolicyConfig, PolicyConfigError};
 
@@ -56,16 +56,12 @@ impl PolicyConfig for WTinyLfuConfig {
     }
 
     fn validate(&self) -> Result<(), PolicyConfigError> {
-        check_ratio("w-tinylfu", "window_size", self.window_size, true, 1.0)?;
-        if self.window_size >= 1.0 {
-            return Err(PolicyConfigError::InvalidValue {
-                policy: "w-tinylfu",
-                key: "window_size",
-                value: self.window_size.to_string(),
-                expected: "a number in (0, 1): the main cache needs room".to_string(),
-            });
-        }
-        Ok(())
+        check_share(
+            "w-tinylfu",
+            "window_size",
+            self.window_size,
+            "the main cache",
+        )
     }
 
     fn build_unchecked(&self) -> Box<dyn Policy> {
