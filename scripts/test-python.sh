@@ -15,8 +15,11 @@ export PATH="$venv/bin:$PATH"
 if [ ! -x "$py" ]; then
   python3 -m venv "$venv"
 fi
-# Test dependencies, pinned loosely; pip does nothing when they are already installed.
-deps=(maturin pytest numpy fsspec pyarrow duckdb s3fs tpchgen-cli)
+# Test dependencies, pinned loosely; pip does nothing when they are already installed. They go
+# in one pip call so that its resolver keeps them compatible (libcachesim wants boto3, whose
+# botocore must suit s3fs's aiobotocore). libcachesim is pinned: the conformance test
+# (tests/test_libcachesim.py) compares with 0.3.5's numbers.
+deps=(maturin pytest numpy fsspec pyarrow duckdb s3fs tpchgen-cli libcachesim==0.3.5)
 stamp=$venv/.deps-installed
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${deps[*]}" ]; then
   "$py" -m pip install --quiet --disable-pip-version-check "${deps[@]}"
@@ -34,6 +37,8 @@ MATURIN_PEP517_ARGS="--profile ${UCACHE_PY_PROFILE:-dev}" \
 # The `ucache` command, for the simulator's comparison.
 cargo build --quiet -p ucache-cli
 export UCACHE_CLI=$PWD/target/debug/ucache UCACHE_CLI_REQUIRED=1
+# libcachesim was installed above: the conformance test must run, not skip.
+export UCACHE_LIBCACHESIM_REQUIRED=1
 
 # pytest exits 5 when it collected no tests: a broken collection must not pass.
 cd crates/ucache-py

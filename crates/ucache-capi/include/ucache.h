@@ -448,7 +448,9 @@ typedef struct ucache_map_options {
    */
   size_t fault_handler_threads;
   /**
-   * A built-in policy by name (`ucache_policy_name`); NULL: the default (CLOCK).
+   * A built-in policy by name (`ucache_policy_name`), optionally with parameters and presets
+   * ("s3fifo:libcachesim,small_size_ratio=0.2", see docs/policies.md); NULL: the default
+   * (CLOCK).
    */
   const char *policy_name;
   /**

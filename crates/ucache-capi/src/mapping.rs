@@ -59,7 +59,9 @@ pub struct ucache_map_options {
     /// Transparent mappings: 0 (default) serves faults on the faulting thread; n > 0 starts
     /// n handler threads, which also serve accesses the kernel makes for the program.
     pub fault_handler_threads: usize,
-    /// A built-in policy by name (`ucache_policy_name`); NULL: the default (CLOCK).
+    /// A built-in policy by name (`ucache_policy_name`), optionally with parameters and presets
+    /// ("s3fifo:libcachesim,small_size_ratio=0.2", see docs/policies.md); NULL: the default
+    /// (CLOCK).
     pub policy_name: *const c_char,
     /// A policy written in C; NULL: none. At most one of `policy_name` and `policy_ops`.
     pub policy_ops: *const ucache_policy_ops,

@@ -3,7 +3,7 @@
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::OnceLock;
 
-use ucache_core::policy::{policy_by_name, Buffers, Layout, Policy, POLICY_NAMES};
+use ucache_core::policy::{policy_from_spec, Buffers, Layout, Policy, POLICY_NAMES};
 
 use crate::status::{guard, Fail};
 
@@ -31,14 +31,11 @@ pub extern "C" fn ucache_policy_name(i: usize) -> *const c_char {
     names.get(i).map_or(std::ptr::null(), |n| n.as_ptr())
 }
 
-/// A built-in policy by name.
+/// A built-in policy by name, with optional parameters and presets
+/// (`s3fifo:libcachesim,small_size_ratio=0.2`); the error names the policy, parameter or
+/// value that is wrong.
 pub(crate) fn by_name(name: &str) -> Result<Box<dyn Policy>, Fail> {
-    policy_by_name(name).ok_or_else(|| {
-        Fail::bad(format!(
-            "unknown policy '{name}' (known: {})",
-            POLICY_NAMES.join(", ")
-        ))
-    })
+    policy_from_spec(name).map_err(|e| Fail::bad(e.to_string()))
 }
 
 /// The state words of a mapping's buffers, as a policy's `choose_eviction` sees them. Opaque;

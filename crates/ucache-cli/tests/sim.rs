@@ -130,3 +130,54 @@ fn malformed_input_is_a_clear_error() {
     let o = sim(&["--trace", bad.to_str().unwrap(), "--policies", "belady"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("unknown policy 'belady'"));
 }
+
+/// Policies with parameters and presets: a comma-separated list whose specs hold commas too,
+/// and a bad parameter refused with the policy's own parameter list.
+#[test]
+fn policy_specs_with_parameters_and_presets() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_json = dir.path().join("r.json");
+    let o = sim(&[
+        "--generate",
+        "zipf:20000:2000",
+        "--policies",
+        "s3fifo,s3fifo:libcachesim,small_size_ratio=0.3,lru,clock:libcachesim",
+        "--sizes",
+        "200",
+        "--json",
+        out_json.to_str().unwrap(),
+        "--quiet",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = json(&out_json);
+    let results = v["results"].as_array().unwrap();
+    let names: Vec<&str> = results
+        .iter()
+        .map(|r| r["policy"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "s3fifo",
+            "s3fifo:libcachesim,small_size_ratio=0.3",
+            "lru",
+            "clock:libcachesim"
+        ]
+    );
+    // The parameters change the replay.
+    assert_ne!(results[0]["misses"], results[1]["misses"]);
+
+    let bad = sim(&[
+        "--generate",
+        "zipf:100:10",
+        "--policies",
+        "s3fifo:small_ratio=0.3",
+        "--quiet",
+    ]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("no parameter 'small_ratio'") && err.contains("small_size_ratio"),
+        "{err}"
+    );
+}

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
+use crate::policy::{choose, Chosen};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use ucache_core::policy::{policy_by_name, POLICY_NAMES};
 use ucache_core::{Cache as CoreCache, CacheOptions, MapOptions};
 
 use crate::errors::{raise, IntoPy, Kind};
@@ -88,7 +88,8 @@ impl Cache {
 
     /// Maps a local path or an `s3://bucket/key` URL. See the type stubs for every option.
     #[pyo3(signature = (path, *, buffer_size = None, writable = None, create = false,
-        length = None, offset = 0, transparent = false, policy = None, readahead = true,
+        length = None, offset = 0, transparent = false, policy = None, policy_params = None,
+        readahead = true,
         track_access = false, weight = 1, endpoint = None, access_key = None,
         secret_key = None, session_token = None, region = None, allow_http = None))]
     #[allow(clippy::too_many_arguments)]
@@ -102,7 +103,8 @@ impl Cache {
         length: Option<Size>,
         offset: u64,
         transparent: bool,
-        policy: Option<String>,
+        policy: Option<Bound<'_, PyAny>>,
+        policy_params: Option<Bound<'_, PyDict>>,
         readahead: bool,
         track_access: bool,
         weight: u32,
@@ -142,17 +144,30 @@ impl Cache {
         if let Some(l) = length {
             o = o.len(l.0);
         }
-        if let Some(name) = &policy {
-            let p = policy_by_name(name).ok_or_else(|| {
-                raise(
+        let mut failure = None;
+        match &policy {
+            Some(p) => match choose(p, policy_params.as_ref())? {
+                Chosen::Builtin(b) => o = o.policy(b),
+                Chosen::Python(_) if transparent => {
+                    return Err(raise(
+                        Kind::InvalidArgument,
+                        "a policy written in Python cannot run on a transparent mapping: its \
+                         hooks run inside the fault handler, where the GIL cannot be taken \
+                         safely; use an explicit mapping (pins, read) or a built-in policy",
+                    ))
+                }
+                Chosen::Python(p) => {
+                    failure = Some(p.failure());
+                    o = o.policy(Box::new(p));
+                }
+            },
+            None if policy_params.as_ref().is_some_and(|d| !d.is_empty()) => {
+                return Err(raise(
                     Kind::InvalidArgument,
-                    format!(
-                        "unknown policy '{name}' (known: {})",
-                        POLICY_NAMES.join(", ")
-                    ),
-                )
-            })?;
-            o = o.policy(p);
+                    "policy_params given without a policy name",
+                ))
+            }
+            None => {}
         }
         let inner = &self.inner;
         let budget = inner.budget();
@@ -170,7 +185,7 @@ impl Cache {
                 Ok((m, at.name))
             })
             .py_err()?;
-        Ok(Mapping::new(mapping, name, budget))
+        Ok(Mapping::new(mapping, name, budget, failure))
     }
 
     /// The cache's counters as a dict (hits, misses, evictions, bytes_read, ...), plus

@@ -29,6 +29,7 @@ pub enum Kind {
     WouldDeadlock,
     InUse,
     Closed,
+    PolicyError,
 }
 
 impl Kind {
@@ -47,6 +48,7 @@ impl Kind {
             Kind::WouldDeadlock => "WouldDeadlock",
             Kind::InUse => "InUse",
             Kind::Closed => "Closed",
+            Kind::PolicyError => "PolicyError",
         }
     }
 

@@ -10,6 +10,7 @@ mod cache;
 mod errors;
 mod mapping;
 mod pin;
+mod policy;
 mod simulate;
 mod size;
 mod stats;

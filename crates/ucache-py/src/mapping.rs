@@ -31,16 +31,24 @@ pub struct Mapping {
     /// Largest range `read` brings in with one batch: a quarter of the cache's budget, so a
     /// large read streams through the cache instead of evicting its own first part.
     read_chunk: u64,
+    /// A Python policy's first exception, if the mapping runs one.
+    policy_failure: Option<Arc<crate::policy::Failure>>,
 }
 
 impl Mapping {
-    pub fn new(inner: CoreMapping, name: String, budget: u64) -> Self {
+    pub fn new(
+        inner: CoreMapping,
+        name: String,
+        budget: u64,
+        policy_failure: Option<Arc<crate::policy::Failure>>,
+    ) -> Self {
         let read_chunk = (budget / 4).max(inner.buffer_size() as u64);
         Mapping {
             inner: RwLock::new(Some(Arc::new(inner))),
             exports: Exports::default(),
             name,
             read_chunk,
+            policy_failure,
         }
     }
 
@@ -164,6 +172,16 @@ impl Mapping {
     #[getter]
     fn policy(&self) -> PyResult<String> {
         Ok(self.get()?.policy_name().to_string())
+    }
+    /// A Python policy's first hook exception, as a `ucache.PolicyError` whose `__cause__` is
+    /// the exception (the mapping runs on the cache's fallback since), or `None`.
+    #[getter]
+    fn policy_error<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> Option<Bound<'py, pyo3::exceptions::PyBaseException>> {
+        let f = self.policy_failure.as_ref()?;
+        f.error(py).map(|e| e.into_value(py).into_bound(py))
     }
     #[getter]
     fn closed(&self) -> bool {

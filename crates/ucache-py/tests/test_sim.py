@@ -67,7 +67,7 @@ def test_shapes_and_libcachesim_style_classes():
     c = sim.LRU(cache_size=100)
     assert c.process_trace(ids) == (0.1, 0.1)
     assert sim.LRU(cache_size=50).process_trace(ids, start_req=0, max_req=100) == (1.0, 1.0)
-    assert sim.S3FIFO(0.5).policy == "s3fifo"
+    assert sim.S3FIFO(0.5).policy == "s3fifo:libcachesim"
 
 
 def test_bad_simulator_input(tmp_path: Path):

@@ -22,7 +22,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use ucache::policy::{policy_by_name, POLICY_NAMES};
+use ucache::policy::{policy_from_spec, split_policy_list};
 
 use self::format::Format;
 use self::generate::{parse_generator, Zipf};
@@ -53,7 +53,9 @@ pub struct SimArgs {
     pub seed: u64,
     /// Comma-separated policies, any of the built-in ones (`ucache::policy::POLICY_NAMES`:
     /// clock, fifo, lru, mru, lfu, sieve, s3fifo, 2q, arc, lirs, w-tinylfu, lhd, mglru,
-    /// get-scan, priority); an unknown name is refused with the list.
+    /// get-scan, priority), each with optional parameters and presets
+    /// (`s3fifo:libcachesim,small_size_ratio=0.2`, see `ucache::policy::config`); an unknown
+    /// name or parameter is refused with the list.
     #[arg(long, default_value = "clock,fifo,lru,sieve,s3fifo")]
     pub policies: String,
     /// Comma-separated cache sizes: a percentage of the distinct ids (10%) or a number of
@@ -102,19 +104,9 @@ fn bar(len: u64, quiet: bool, template: &str) -> ProgressBar {
 }
 
 pub fn run(args: &SimArgs) -> Result<(), String> {
-    let policies: Vec<String> = args
-        .policies
-        .split(',')
-        .map(|p| p.trim().to_string())
-        .filter(|p| !p.is_empty())
-        .collect();
+    let policies = split_policy_list(&args.policies);
     for p in &policies {
-        if policy_by_name(p).is_none() {
-            return Err(format!(
-                "unknown policy '{p}' (known: {})",
-                POLICY_NAMES.join(", ")
-            ));
-        }
+        policy_from_spec(p).map_err(|e| e.to_string())?;
     }
     if policies.is_empty() {
         return Err("no policies given".into());

@@ -58,9 +58,17 @@ impl Report {
             "trace: {} requests, {} distinct ids",
             self.trace.requests, self.trace.unique
         );
+        // The policy column fits the longest spec (`s3fifo:libcachesim,...`).
+        let w = self
+            .results
+            .iter()
+            .map(|r| r.policy.len())
+            .max()
+            .unwrap_or(0)
+            .max(10);
         let _ = writeln!(
             s,
-            "{:>12} {:>7}  {:<10} {:>12} {:>10} {:>12}",
+            "{:>12} {:>7}  {:<w$} {:>12} {:>10} {:>12}",
             "cache_size", "% ids", "policy", "misses", "miss_ratio", "Mreq/s (cpu)"
         );
         let mut rows: Vec<&Row> = self.results.iter().collect();
@@ -74,7 +82,7 @@ impl Report {
             let pct = 100.0 * r.cache_size as f64 / self.trace.unique.max(1) as f64;
             let _ = writeln!(
                 s,
-                "{:>12} {:>6.2}%  {:<10} {:>12} {:>10.4} {:>12.2}",
+                "{:>12} {:>6.2}%  {:<w$} {:>12} {:>10.4} {:>12.2}",
                 r.cache_size,
                 pct,
                 r.policy,

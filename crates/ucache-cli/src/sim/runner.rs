@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use indicatif::ProgressBar;
-use ucache::policy::{policy_by_name, Simulator};
+use ucache::policy::{policy_from_spec, Simulator};
 
 use super::trace::Trace;
 
@@ -70,8 +70,18 @@ const AHEAD: usize = 8;
 
 /// Replays `trace` once.
 pub fn replay(trace: &Trace, job: &Job, progress: &ProgressBar) -> Result<Outcome, String> {
-    let policy =
-        policy_by_name(&job.policy).ok_or_else(|| format!("unknown policy '{}'", job.policy))?;
+    let policy = policy_from_spec(&job.policy).map_err(|e| e.to_string())?;
+    replay_policy(trace, policy, job, progress)
+}
+
+/// Replays `trace` once through `policy`, already built (a policy that has no spec: one
+/// written in Python, say), reported under `job.policy`.
+pub fn replay_policy(
+    trace: &Trace,
+    policy: Box<dyn ucache::policy::Policy>,
+    job: &Job,
+    progress: &ProgressBar,
+) -> Result<Outcome, String> {
     let mut sim = Simulator::new(policy, trace.unique, job.cache_size);
     let t0 = thread_cpu();
     let reqs = &trace.requests;

@@ -39,7 +39,8 @@ class Cache:
         length: Size | None = None,
         offset: int = 0,
         transparent: bool = False,
-        policy: str | None = None,
+        policy: str | Any | None = None,
+        policy_params: dict[str, Any] | None = None,
         readahead: bool = True,
         track_access: bool = False,
         weight: int = 1,
@@ -56,7 +57,12 @@ class Cache:
         (default: as `create`); `create` makes a missing object of `length` bytes. A writable
         S3 mapping is a key prefix of chunk objects. `transparent`: the mapping's memory is
         usable directly (buffer protocol); `readahead` applies to transparent mappings with the
-        default policy. `policy`: one of :data:`POLICY_NAMES` (default clock). S3 settings not
+        default policy. `policy`: one of :data:`POLICY_NAMES` (default clock), optionally with
+        parameters and presets (``"s3fifo:libcachesim,small_size_ratio=0.2"``; `policy_params`
+        adds ``key=value`` items, e.g. ``{"small_size_ratio": 0.2}``), or a policy written in
+        Python (an object or a class with ``choose_victims(want)`` and optional hooks, see
+        ``ucache.policy``; explicit mappings only: :attr:`Mapping.policy_error` reports its
+        first exception). A bad name or parameter raises :class:`InvalidArgument`. S3 settings not
         given come from ``AWS_ENDPOINT_URL`` (or ``UCACHE_S3_ENDPOINT``), ``AWS_REGION``,
         ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``. Blocks with the
         GIL released.
@@ -88,6 +94,10 @@ class Mapping:
     def transparent(self) -> bool: ...
     @property
     def policy(self) -> str: ...
+    @property
+    def policy_error(self) -> BaseException | None:
+        """A Python policy's first hook exception as a :class:`ucache.PolicyError` (its
+        ``__cause__`` the exception; the mapping runs on the cache's fallback since), or None."""
     @property
     def closed(self) -> bool: ...
     def buffer_of(self, offset: int) -> int: ...
@@ -138,9 +148,10 @@ class Pin:
 
 def _simulate(
     trace: Any,
-    policies: list[str],
+    policies: list[Any],
     sizes: list[str],
     format: str = "text",
     column: int = 1,
     threads: int | None = None,
+    params: dict[str, Any] | None = None,
 ) -> tuple[int, int, list[dict[str, Any]]]: ...

@@ -63,6 +63,13 @@ class Closed(Error, ValueError):
     """The mapping was closed (unmapped), or the pin released."""
 
 
+class PolicyError(Error, RuntimeError):
+    """A policy written in Python raised in one of its hooks. The hook's exception is the
+    ``__cause__``. The cache never sees the exception: the policy is switched off (the cache's
+    fallback picks victims from then on) and the error is reported here, raised by
+    :func:`ucache.simulate` and shown by :attr:`Mapping.policy_error`."""
+
+
 __all__ = [
     "Error",
     "InvalidArgument",
@@ -77,4 +84,5 @@ __all__ = [
     "WouldDeadlock",
     "InUse",
     "Closed",
+    "PolicyError",
 ]

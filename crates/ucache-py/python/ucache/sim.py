@@ -7,8 +7,17 @@ is one buffer, so miss ratios are object miss ratios.
 
 The classes at the end mirror libCacheSim's Python package for the common calls
 (``LRU(cache_size).process_trace(trace) -> (miss_ratio, byte_miss_ratio)``), so a notebook
-written against libcachesim can switch by changing its import. They run ucache's policies:
-several of those are variants of libCacheSim's (see docs/policies.md), so numbers may differ.
+written against libcachesim can switch by changing its import. They take libCacheSim's
+parameter names and run ucache's policies with libCacheSim's presets where ucache has one
+(``Clock`` is ``clock:libcachesim``, ``S3FIFO`` is ``s3fifo:libcachesim``, ``LFU`` the exact
+``lfu:libcachesim``): LRU, FIFO, Sieve, LFU, TwoQ, Clock and S3FIFO then give libCacheSim
+0.3.5's miss ratios exactly (checked by tests/test_libcachesim.py); ARC, LIRS and WTinyLFU are
+close variants (see docs/policies.md).
+
+A policy is a name with optional parameters (``"s3fifo"``, ``"s3fifo:libcachesim"``,
+``"s3fifo:small_size_ratio=0.2"``, or keyword arguments of :func:`simulate`), or a policy
+written in Python: an object, or a class instantiated once per cache size, with the hooks
+described in ``ucache.policy`` (``choose_victims(want)``, ``on_insert(i)``, ...).
 """
 
 from __future__ import annotations
@@ -55,15 +64,18 @@ def _size_arg(s: Size) -> str:
 
 def simulate(
     trace: Any,
-    policy: Union[str, Sequence[str]] = "clock",
+    policy: Any = "clock",
     sizes: Union[Size, Sequence[Size]] = ("1%", "5%", "10%", "25%"),
     *,
     format: str = "text",
     column: int = 1,
     threads: int | None = None,
     details: bool = False,
+    **params: Any,
 ) -> Any:
-    """Miss ratios of `policy` (a name or a list of names, see ``ucache.POLICY_NAMES``) at each
+    """Miss ratios of `policy` (a name or a list of names, see ``ucache.POLICY_NAMES``; a
+    name may carry parameters, ``"s3fifo:libcachesim,small_size_ratio=0.2"``, and keyword
+    `params` are appended to every named policy; or a Python policy, see the module docs) at each
     cache size of `sizes` (buffers as int, a fraction of the distinct ids as float, or
     "10%"), on `trace`: a numpy array (or sequence) of integer ids, or the path of a trace
     file in `format` (text, csv with `column`, oracle, msr, record), read as ``ucache sim``
@@ -73,9 +85,11 @@ def simulate(
     keyed by policy for several, or with ``details=True`` a list of dicts (policy,
     cache_size, requests, misses, miss_ratio, requests_per_sec) in policy-major order.
     Replays run in parallel on `threads` threads (default: one per CPU), with the GIL
-    released.
+    released; a Python policy's replays run on the calling thread. A Python policy that
+    raises in a hook makes this raise :class:`ucache.PolicyError` (``__cause__``: the hook's
+    exception).
     """
-    single_policy = isinstance(policy, str)
+    single_policy = isinstance(policy, str) or not isinstance(policy, (list, tuple))
     policies = [policy] if single_policy else list(policy)
     single_size = isinstance(sizes, (int, float, str))
     size_list = [sizes] if single_size else list(sizes)
@@ -86,6 +100,7 @@ def simulate(
         format,
         column,
         threads,
+        params or None,
     )
     if details:
         return rows
@@ -102,11 +117,20 @@ class SimCache:
     distinct ids) run by ucache policy `policy`, with libCacheSim's ``process_trace``."""
 
     policy = "clock"
+    #: libCacheSim's keyword parameters this class takes (the same names in ucache).
+    parameters: tuple[str, ...] = ()
 
-    def __init__(self, cache_size: Union[int, float], policy: str | None = None) -> None:
+    def __init__(self, cache_size: Union[int, float], policy: str | None = None, **params: Any) -> None:
         self.cache_size = cache_size
         if policy is not None:
             self.policy = policy
+        unknown = sorted(set(params) - set(self.parameters))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}() got unexpected parameters {unknown}; "
+                f"it takes {list(self.parameters) or 'none'}"
+            )
+        self.params = params
 
     def process_trace(
         self, trace: Any, start_req: int = 0, max_req: int = -1, *, format: str = "text"
@@ -118,28 +142,34 @@ class SimCache:
                 raise ValueError("start_req and max_req apply to in-memory traces only")
             end = None if max_req < 0 else start_req + max_req
             trace = trace[start_req:end]
-        r = simulate(trace, self.policy, self.cache_size, format=format)
+        r = simulate(trace, self.policy, self.cache_size, format=format, **self.params)
         return r, r
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(cache_size={self.cache_size!r})"
 
 
-def _policy_class(name: str, policy: str) -> type:
-    return type(name, (SimCache,), {"policy": policy, "__doc__": f"ucache's {policy} policy."})
+def _policy_class(name: str, policy: str, parameters: tuple[str, ...] = ()) -> type:
+    return type(
+        name,
+        (SimCache,),
+        {"policy": policy, "parameters": parameters, "__doc__": f"ucache's {policy} policy."},
+    )
 
 
-# libCacheSim's class names for the policies ucache has.
+# libCacheSim's class names and parameter names for the policies ucache has.
 LRU = _policy_class("LRU", "lru")
 FIFO = _policy_class("FIFO", "fifo")
-Clock = _policy_class("Clock", "clock")
+Clock = _policy_class("Clock", "clock:libcachesim", ("init_freq", "n_bit_counter"))
 Sieve = _policy_class("Sieve", "sieve")
-S3FIFO = _policy_class("S3FIFO", "s3fifo")
-LFU = _policy_class("LFU", "lfu")
-TwoQ = _policy_class("TwoQ", "2q")
+S3FIFO = _policy_class(
+    "S3FIFO", "s3fifo:libcachesim", ("small_size_ratio", "ghost_size_ratio", "move_to_main_threshold")
+)
+LFU = _policy_class("LFU", "lfu:libcachesim")
+TwoQ = _policy_class("TwoQ", "2q", ("a_in_size_ratio", "a_out_size_ratio"))
 ARC = _policy_class("ARC", "arc")
 LIRS = _policy_class("LIRS", "lirs")
-WTinyLFU = _policy_class("WTinyLFU", "w-tinylfu")
+WTinyLFU = _policy_class("WTinyLFU", "w-tinylfu", ("window_size",))
 LHD = _policy_class("LHD", "lhd")
 
 __all__ = ["simulate", "SimCache", "LRU", "FIFO", "Clock", "Sieve", "S3FIFO", "LFU", "TwoQ", "ARC", "LIRS", "WTinyLFU", "LHD"]

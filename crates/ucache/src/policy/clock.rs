@@ -7,8 +7,104 @@
 //! order, as in the textbook algorithm, so buffers loaded together (a scan, a readahead run)
 //! are evicted together and their pages dropped as one range.
 
-use super::{Buffers, Layout, Policy, ResidentSet};
+use super::config::{check_range, parse_value, unknown_preset};
+use super::{Buffers, CounterClock, Layout, Policy, PolicyConfig, PolicyConfigError, ResidentSet};
 use crate::state::Phase;
+
+/// CLOCK's parameters (libCacheSim's names). The default, one bit and new buffers referenced
+/// under `rules=ucache`, is this file's lock-free CLOCK, whose bit is the state word's
+/// referenced bit and whose ring meets a fresh fill newest first; any other setting builds
+/// [`CounterClock`], which keeps a counter per buffer and a FIFO (libCacheSim's `Clock.c`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClockConfig {
+    /// Bits of the per-buffer counter (1 to 8): a buffer survives up to `2^n - 1` laps.
+    pub n_bit_counter: u8,
+    /// The counter of a newly loaded buffer (0 to `2^n - 1`).
+    pub init_freq: u8,
+    /// `true`: always the FIFO-reinsertion [`CounterClock`], as libCacheSim runs CLOCK, even
+    /// for one bit and `init_freq` 1.
+    pub fifo_reinsertion: bool,
+}
+
+impl Default for ClockConfig {
+    fn default() -> Self {
+        ClockConfig {
+            n_bit_counter: 1,
+            init_freq: 1,
+            fifo_reinsertion: false,
+        }
+    }
+}
+
+impl ClockConfig {
+    /// libCacheSim 0.3.5's defaults: one bit, new objects not referenced, FIFO-reinsertion.
+    pub fn libcachesim() -> Self {
+        ClockConfig {
+            n_bit_counter: 1,
+            init_freq: 0,
+            fifo_reinsertion: true,
+        }
+    }
+}
+
+impl PolicyConfig for ClockConfig {
+    fn policy_name(&self) -> &'static str {
+        "clock"
+    }
+
+    fn params(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("n_bit_counter", self.n_bit_counter.to_string()),
+            ("init_freq", self.init_freq.to_string()),
+            ("fifo_reinsertion", self.fifo_reinsertion.to_string()),
+        ]
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<(), PolicyConfigError> {
+        match key {
+            "n_bit_counter" => {
+                self.n_bit_counter =
+                    parse_value("clock", "n_bit_counter", value, "an integer from 1 to 8")?
+            }
+            "init_freq" => {
+                self.init_freq = parse_value("clock", "init_freq", value, "a small integer")?
+            }
+            "fifo_reinsertion" => {
+                self.fifo_reinsertion =
+                    parse_value("clock", "fifo_reinsertion", value, "true or false")?
+            }
+            _ => return Err(self.unknown_parameter(key)),
+        }
+        Ok(())
+    }
+
+    fn presets(&self) -> &'static [&'static str] {
+        &["libcachesim"]
+    }
+
+    fn preset(&mut self, name: &str) -> Result<(), PolicyConfigError> {
+        *self = match name {
+            "default" => Self::default(),
+            "libcachesim" => Self::libcachesim(),
+            _ => return Err(unknown_preset(self, name)),
+        };
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), PolicyConfigError> {
+        check_range("clock", "n_bit_counter", self.n_bit_counter as u64, 1, 8)?;
+        let max = (1u64 << self.n_bit_counter) - 1;
+        check_range("clock", "init_freq", self.init_freq as u64, 0, max)
+    }
+
+    fn build_unchecked(&self) -> Box<dyn Policy> {
+        if !self.fifo_reinsertion && self.n_bit_counter == 1 && self.init_freq == 1 {
+            Box::new(Clock::new())
+        } else {
+            Box::new(CounterClock::new(self.n_bit_counter, self.init_freq))
+        }
+    }
+}
 
 /// Slots claimed per step of the hand. Their buffers' state words are prefetched together
 /// (each is a random access, and a sweep that waits for them one at a time is memory-bound),

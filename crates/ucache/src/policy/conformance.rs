@@ -200,6 +200,19 @@ impl Harness {
     }
 }
 
+/// Configurations that build a different policy, or run other rules, than their defaults:
+/// held to the same contract.
+const CONFIGURED: &[&str] = &[
+    "clock:libcachesim",
+    "clock:n_bit_counter=3,init_freq=2",
+    "s3fifo:libcachesim",
+    "s3fifo:small_size_ratio=0.5,move_to_main_threshold=3,ghost_size_ratio=0",
+    "lfu:exact",
+    "2q:a_in_size_ratio=0.9,a_out_size_ratio=0.1",
+    "lirs:hir_ratio=0.5",
+    "w-tinylfu:window_size=0.5",
+];
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
@@ -209,7 +222,7 @@ proptest! {
         capacity in 1u64..9,
         want in 1usize..4,
     ) {
-        for &name in POLICY_NAMES {
+        for &name in POLICY_NAMES.iter().chain(CONFIGURED) {
             let mut h = Harness::new(name, capacity);
             for op in &ops {
                 h.apply(op, want)?;

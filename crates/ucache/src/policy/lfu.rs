@@ -16,7 +16,76 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
-use super::{Buffers, Layout, Policy};
+use super::config::{check_range, parse_value, unknown_preset};
+use super::{Buffers, Layout, Policy, PolicyConfig, PolicyConfigError};
+
+/// LFU's parameters: residents sampled per victim, or the exact policy. With at least as many
+/// samples as residents the sampled choice is exact too, but ties go to the first found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LfuConfig {
+    /// 1 to 64.
+    pub samples: usize,
+    /// `true`: [`super::ExactLfu`] (every resident ordered; ties to the earliest arrival at
+    /// the count, libCacheSim's LFU), and `samples` is unused.
+    pub exact: bool,
+}
+
+impl Default for LfuConfig {
+    fn default() -> Self {
+        LfuConfig {
+            samples: DEFAULT_SAMPLES,
+            exact: false,
+        }
+    }
+}
+
+impl PolicyConfig for LfuConfig {
+    fn policy_name(&self) -> &'static str {
+        "lfu"
+    }
+
+    fn params(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("samples", self.samples.to_string()),
+            ("exact", self.exact.to_string()),
+        ]
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<(), PolicyConfigError> {
+        match key {
+            "samples" => {
+                self.samples = parse_value("lfu", "samples", value, "an integer from 1 to 64")?
+            }
+            "exact" => self.exact = parse_value("lfu", "exact", value, "true or false")?,
+            _ => return Err(self.unknown_parameter(key)),
+        }
+        Ok(())
+    }
+
+    fn presets(&self) -> &'static [&'static str] {
+        &["libcachesim", "exact"]
+    }
+
+    fn preset(&mut self, name: &str) -> Result<(), PolicyConfigError> {
+        match name {
+            "libcachesim" | "exact" => self.exact = true,
+            _ => return Err(unknown_preset(self, name)),
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), PolicyConfigError> {
+        check_range("lfu", "samples", self.samples as u64, 1, MAX_SAMPLES as u64)
+    }
+
+    fn build_unchecked(&self) -> Box<dyn Policy> {
+        if self.exact {
+            Box::new(super::ExactLfu::new())
+        } else {
+            Box::new(Lfu::with_samples(self.samples))
+        }
+    }
+}
 
 /// Residents sampled per victim by default.
 pub const DEFAULT_SAMPLES: usize = 16;

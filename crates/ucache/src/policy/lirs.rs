@@ -19,7 +19,8 @@
 use parking_lot::{Mutex, MutexGuard};
 
 use super::advanced::idle;
-use super::{Buffers, IndexList, Layout, Policy};
+use super::config::{check_ratio, parse_value, share};
+use super::{Buffers, IndexList, Layout, Policy, PolicyConfig, PolicyConfigError};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Status {
@@ -45,6 +46,8 @@ struct State {
     /// `lir_max` for the whole capacity, the most it can be.
     lir_cap: u64,
     ghost_max: u64,
+    /// L_hirs's share of the resident buffers.
+    hir_ratio: f64,
 }
 
 impl State {
@@ -82,7 +85,7 @@ impl State {
     /// would stay empty, and every victim would come from S's bottom: plain LRU.
     fn fit_to_resident(&mut self) {
         let resident = self.lir + self.q.len();
-        let hir = (resident / 100).max(1);
+        let hir = share(resident, self.hir_ratio);
         self.lir_max = resident.saturating_sub(hir).clamp(1, self.lir_cap.max(1));
         self.demote_excess();
     }
@@ -95,14 +98,63 @@ impl State {
     }
 }
 
+/// LIRS's parameter: the share of the capacity kept for resident HIR blocks (the paper's
+/// L_hirs, 1%).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LirsConfig {
+    /// L_hirs as a share of the capacity, in (0, 0.5].
+    pub hir_ratio: f64,
+}
+
+impl Default for LirsConfig {
+    fn default() -> Self {
+        LirsConfig { hir_ratio: 0.01 }
+    }
+}
+
+impl PolicyConfig for LirsConfig {
+    fn policy_name(&self) -> &'static str {
+        "lirs"
+    }
+
+    fn params(&self) -> Vec<(&'static str, String)> {
+        vec![("hir_ratio", self.hir_ratio.to_string())]
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<(), PolicyConfigError> {
+        match key {
+            "hir_ratio" => self.hir_ratio = parse_value("lirs", "hir_ratio", value, "a number")?,
+            _ => return Err(self.unknown_parameter(key)),
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), PolicyConfigError> {
+        check_ratio("lirs", "hir_ratio", self.hir_ratio, true, 0.5)
+    }
+
+    fn build_unchecked(&self) -> Box<dyn Policy> {
+        Box::new(Lirs::with_config(*self))
+    }
+}
+
 #[derive(Default)]
 pub struct Lirs {
+    config: LirsConfig,
     state: Option<Mutex<State>>,
 }
 
 impl Lirs {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// LIRS with these parameters (validate them first: see [`PolicyConfig::build`]).
+    pub fn with_config(config: LirsConfig) -> Self {
+        Lirs {
+            config,
+            state: None,
+        }
     }
 
     fn st(&self) -> MutexGuard<'_, State> {
@@ -118,7 +170,11 @@ impl Policy for Lirs {
     fn attach(&mut self, layout: Layout) {
         let n = layout.buffers;
         let c = layout.capacity.min(n).max(1);
-        let hir = if c < 2 { 0 } else { (c / 100).max(1) };
+        let hir = if c < 2 {
+            0
+        } else {
+            share(c, self.config.hir_ratio)
+        };
         self.state = Some(Mutex::new(State {
             status: vec![Status::Untracked; n as usize].into_boxed_slice(),
             s: IndexList::new(n),
@@ -128,6 +184,7 @@ impl Policy for Lirs {
             lir_max: c - hir,
             lir_cap: c - hir,
             ghost_max: 2 * c,
+            hir_ratio: self.config.hir_ratio,
         }));
     }
 

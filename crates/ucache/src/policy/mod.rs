@@ -20,9 +20,12 @@ use crate::state::{BufferState, Word};
 mod advanced;
 mod arc;
 mod clock;
+pub mod config;
 #[cfg(test)]
 mod conformance;
 mod count_min;
+mod counter_clock;
+mod exact_lfu;
 mod fallback;
 mod fifo;
 mod get_scan;
@@ -50,31 +53,36 @@ mod w_tiny_lfu;
 
 pub use advanced::{advanced_policy_by_name, ADVANCED_POLICY_NAMES};
 pub use arc::ArcPolicy;
-pub use clock::Clock;
+pub use clock::{Clock, ClockConfig};
+pub use config::{
+    parse_policy, policy_from_spec, split_policy_list, PlainConfig, PolicyConfig, PolicyConfigError,
+};
 pub use count_min::CountMin;
+pub use counter_clock::CounterClock;
+pub use exact_lfu::ExactLfu;
 pub use fallback::Fallback;
 pub use fifo::Fifo;
 pub use get_scan::GetScan;
 pub use global::{MappingUsage, ProportionalGlobal};
 pub use guarded::{Guarded, GuardedGlobal};
 pub use hint::Hint;
-pub use lfu::Lfu;
+pub use lfu::{Lfu, LfuConfig};
 pub use lhd::Lhd;
-pub use lirs::Lirs;
+pub use lirs::{Lirs, LirsConfig};
 pub use list::IndexList;
 pub use lists::IndexQueues;
 pub use lru::Lru;
 pub use mglru::Mglru;
 pub use mru::Mru;
 pub use priority::{Priority, PriorityHandle};
-pub use registry::{policy_by_name, POLICY_NAMES};
+pub use registry::{config_by_name, policy_by_name, POLICY_NAMES};
 pub use resident::ResidentSet;
-pub use s3fifo::{S3Fifo, S3Queue};
+pub use s3fifo::{S3Fifo, S3FifoConfig, S3FifoRules, S3Queue};
 pub use sieve::Sieve;
 pub use simulator::{SimStats, Simulator};
-pub use two_q::TwoQ;
+pub use two_q::{TwoQ, TwoQConfig};
 pub use veto::Veto;
-pub use w_tiny_lfu::WTinyLfu;
+pub use w_tiny_lfu::{WTinyLfu, WTinyLfuConfig};
 
 /// The shape of the mapping a policy is attached to.
 #[derive(Clone, Copy, Debug)]

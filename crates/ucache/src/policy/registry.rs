@@ -1,9 +1,15 @@
 //! Policies by name, for command lines, configuration files and the simulator.
 //!
 //! A plain `match` rather than a registration mechanism: the set is known at compile time, and
-//! adding a policy is one arm here (or in `advanced.rs`) and one entry in [`POLICY_NAMES`].
+//! adding a policy is one arm in [`config_by_name`] and one entry in [`POLICY_NAMES`]. A name
+//! may carry parameters and presets (`s3fifo:libcachesim,small_size_ratio=0.2`, see
+//! [`super::config`]).
 
-use super::{advanced_policy_by_name, Clock, Fifo, Lfu, Lru, Mru, Policy, S3Fifo, Sieve};
+use super::config::{policy_from_spec, PlainConfig, PolicyConfig, PolicyConfigError};
+use super::{
+    ArcPolicy, ClockConfig, Fifo, GetScan, LfuConfig, Lhd, LirsConfig, Lru, Mglru, Mru, Policy,
+    Priority, S3FifoConfig, Sieve, TwoQConfig, WTinyLfuConfig,
+};
 
 /// Every name [`policy_by_name`] knows, default first.
 pub const POLICY_NAMES: &[&str] = &[
@@ -24,17 +30,42 @@ pub const POLICY_NAMES: &[&str] = &[
     "priority",
 ];
 
-/// A fresh, unattached policy called `name` (case-sensitive), or `None`.
+/// A fresh, unattached policy called `name` (case-sensitive; parameters allowed, as
+/// [`super::policy_from_spec`] takes them), or `None`. Use [`super::policy_from_spec`] to learn
+/// why a spec was refused.
 pub fn policy_by_name(name: &str) -> Option<Box<dyn Policy>> {
-    Some(match name {
-        "clock" => Box::new(Clock::new()),
-        "fifo" => Box::new(Fifo::new()),
-        "lru" => Box::new(Lru::new()),
-        "mru" => Box::new(Mru::new()),
-        "lfu" => Box::new(Lfu::new()),
-        "sieve" => Box::new(Sieve::new()),
-        "s3fifo" => Box::new(S3Fifo::new()),
-        other => return advanced_policy_by_name(other),
+    policy_from_spec(name).ok()
+}
+
+/// The default configuration of the policy called `name` (case-sensitive, no parameters).
+pub fn config_by_name(name: &str) -> Result<Box<dyn PolicyConfig>, PolicyConfigError> {
+    fn plain(n: &'static str, make: fn() -> Box<dyn Policy>, lcs: bool) -> Box<dyn PolicyConfig> {
+        Box::new(PlainConfig::new(n, make, lcs))
+    }
+    Ok(match name {
+        "clock" => Box::new(ClockConfig::default()),
+        "fifo" => plain("fifo", || Box::new(Fifo::new()), true),
+        "lru" => plain("lru", || Box::new(Lru::new()), true),
+        "mru" => plain("mru", || Box::new(Mru::new()), true),
+        "lfu" => Box::new(LfuConfig::default()),
+        "sieve" => plain("sieve", || Box::new(Sieve::new()), true),
+        "s3fifo" => Box::new(S3FifoConfig::default()),
+        "2q" => Box::new(TwoQConfig::default()),
+        "arc" => plain("arc", || Box::new(ArcPolicy::new()), true),
+        "lirs" => Box::new(LirsConfig::default()),
+        "w-tinylfu" => Box::new(WTinyLfuConfig::default()),
+        "lhd" => plain("lhd", || Box::new(Lhd::new()), false),
+        "mglru" => plain("mglru", || Box::new(Mglru::new()), false),
+        "get-scan" => plain("get-scan", || Box::new(GetScan::new()), false),
+        // By name there is no handle to protect with, so only `Hint::PRIORITY` loads are
+        // protected; applications construct `Priority` themselves to get a handle.
+        "priority" => plain("priority", || Box::new(Priority::new()), false),
+        _ => {
+            return Err(PolicyConfigError::UnknownPolicy {
+                name: name.to_string(),
+                known: POLICY_NAMES.join(", "),
+            })
+        }
     })
 }
 

@@ -16,6 +16,16 @@
 //! tail a buffer with a nonzero counter is reinserted at the head with the counter decremented,
 //! otherwise it is the victim. The ghost queue remembers as many buffers as the main queue holds.
 //!
+//! Parameters ([`S3FifoConfig`], libCacheSim's names): `small_size_ratio` (0.1),
+//! `ghost_size_ratio` (unset: as many as the main queue holds), `move_to_main_threshold` (1:
+//! one hit in the small queue promotes; libCacheSim uses 2) and `rules`. `rules=libcachesim`
+//! follows libCacheSim 0.3.5's `S3FIFO.c` where it departs from the paper's pseudo-code: a
+//! miss on a ghost is decided at the miss (before the eviction it causes can push the ghost
+//! out), a miss that finds the small queue full before the first eviction goes to the main
+//! queue, and an eviction from the small queue keeps promoting until one buffer leaves. The
+//! preset `libcachesim` sets all four to libCacheSim's defaults; the conformance test
+//! (crates/ucache-py/tests/test_libcachesim.py) requires identical miss ratios with it.
+//!
 //! Synchronization: hits store the buffer's relaxed `AtomicU8` counter, no lock; the three
 //! queues share one [`IndexQueues`] (a buffer is in at most one, and moving between them then
 //! touches one cache line) behind one `parking_lot` mutex taken on the miss path.
@@ -24,34 +34,187 @@ use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
-use super::{Buffers, IndexQueues, Layout, Policy};
+use super::config::{check_range, check_ratio, check_share, parse_value, share, unknown_preset};
+use super::{Buffers, IndexQueues, Layout, Policy, PolicyConfig, PolicyConfigError};
 
 const MAX_FREQ: u8 = 3;
 const SMALL: usize = 0;
 const MAIN: usize = 1;
 const GHOST: usize = 2;
+/// Misses on a ghost whose insert goes to the main queue (`rules=libcachesim`: decided at the
+/// miss). A queue of its own so that a buffer is still in exactly one place.
+const TO_MAIN: usize = 3;
+
+/// Which reading of S3-FIFO to follow where the paper and libCacheSim's code differ.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum S3FifoRules {
+    /// The paper's pseudo-code, as ucache ran it before it had parameters.
+    #[default]
+    Ucache,
+    /// libCacheSim 0.3.5's `S3FIFO.c` (see the module docs for the three differences).
+    LibCacheSim,
+}
+
+/// S3-FIFO's parameters. The default is the policy as it always ran.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct S3FifoConfig {
+    /// The small queue's share of the capacity, in (0, 1).
+    pub small_size_ratio: f64,
+    /// Ghosts remembered, as a share of the capacity (0 to 10); `None`: as many as the main
+    /// queue holds.
+    pub ghost_size_ratio: Option<f64>,
+    /// Hits in the small queue that promote a buffer to the main queue (1 to 3).
+    pub move_to_main_threshold: u8,
+    pub rules: S3FifoRules,
+}
+
+impl Default for S3FifoConfig {
+    fn default() -> Self {
+        S3FifoConfig {
+            small_size_ratio: 0.1,
+            ghost_size_ratio: None,
+            move_to_main_threshold: 1,
+            rules: S3FifoRules::Ucache,
+        }
+    }
+}
+
+impl S3FifoConfig {
+    /// libCacheSim 0.3.5's defaults for its S3FIFO.
+    pub fn libcachesim() -> Self {
+        S3FifoConfig {
+            small_size_ratio: 0.1,
+            ghost_size_ratio: Some(0.9),
+            move_to_main_threshold: 2,
+            rules: S3FifoRules::LibCacheSim,
+        }
+    }
+}
+
+impl PolicyConfig for S3FifoConfig {
+    fn policy_name(&self) -> &'static str {
+        "s3fifo"
+    }
+
+    fn params(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("small_size_ratio", self.small_size_ratio.to_string()),
+            (
+                "ghost_size_ratio",
+                self.ghost_size_ratio
+                    .map_or("main".to_string(), |r| r.to_string()),
+            ),
+            (
+                "move_to_main_threshold",
+                self.move_to_main_threshold.to_string(),
+            ),
+            (
+                "rules",
+                match self.rules {
+                    S3FifoRules::Ucache => "ucache",
+                    S3FifoRules::LibCacheSim => "libcachesim",
+                }
+                .to_string(),
+            ),
+        ]
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<(), PolicyConfigError> {
+        const N: &str = "s3fifo";
+        match key {
+            "small_size_ratio" => {
+                self.small_size_ratio = parse_value(N, "small_size_ratio", value, "a number")?
+            }
+            "ghost_size_ratio" => {
+                self.ghost_size_ratio = if value == "main" {
+                    None
+                } else {
+                    Some(parse_value(
+                        N,
+                        "ghost_size_ratio",
+                        value,
+                        "a number, or 'main'",
+                    )?)
+                }
+            }
+            "move_to_main_threshold" => {
+                self.move_to_main_threshold =
+                    parse_value(N, "move_to_main_threshold", value, "an integer from 1 to 3")?
+            }
+            "rules" => {
+                self.rules = match value {
+                    "ucache" => S3FifoRules::Ucache,
+                    "libcachesim" => S3FifoRules::LibCacheSim,
+                    _ => {
+                        return Err(PolicyConfigError::InvalidValue {
+                            policy: N,
+                            key: "rules",
+                            value: value.to_string(),
+                            expected: "ucache or libcachesim".to_string(),
+                        })
+                    }
+                }
+            }
+            _ => return Err(self.unknown_parameter(key)),
+        }
+        Ok(())
+    }
+
+    fn presets(&self) -> &'static [&'static str] {
+        &["libcachesim"]
+    }
+
+    fn preset(&mut self, name: &str) -> Result<(), PolicyConfigError> {
+        *self = match name {
+            "default" => Self::default(),
+            "libcachesim" => Self::libcachesim(),
+            _ => return Err(unknown_preset(self, name)),
+        };
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), PolicyConfigError> {
+        let n = "s3fifo";
+        check_share(
+            n,
+            "small_size_ratio",
+            self.small_size_ratio,
+            "the main queue",
+        )?;
+        if let Some(g) = self.ghost_size_ratio {
+            check_ratio(n, "ghost_size_ratio", g, false, 10.0)?;
+        }
+        check_range(
+            n,
+            "move_to_main_threshold",
+            self.move_to_main_threshold as u64,
+            1,
+            MAX_FREQ as u64,
+        )
+    }
+
+    fn build_unchecked(&self) -> Box<dyn Policy> {
+        Box::new(S3Fifo::with_config(*self))
+    }
+}
 
 struct Queues {
     q: IndexQueues,
     small_target: u64,
     ghost_capacity: u64,
+    /// Whether anything was evicted yet (`rules=libcachesim` fills the main queue before).
+    evicted: bool,
 }
 
 pub struct S3Fifo {
+    config: S3FifoConfig,
     freq: Box<[AtomicU8]>,
     queues: Mutex<Queues>,
 }
 
 impl Default for S3Fifo {
     fn default() -> Self {
-        S3Fifo {
-            freq: Box::new([]),
-            queues: Mutex::new(Queues {
-                q: IndexQueues::new(0, 3),
-                small_target: 1,
-                ghost_capacity: 1,
-            }),
-        }
+        Self::with_config(S3FifoConfig::default())
     }
 }
 
@@ -67,6 +230,24 @@ pub enum S3Queue {
 impl S3Fifo {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// S3-FIFO with these parameters (validate them first: see [`PolicyConfig::build`]).
+    pub fn with_config(config: S3FifoConfig) -> Self {
+        S3Fifo {
+            config,
+            freq: Box::new([]),
+            queues: Mutex::new(Queues {
+                q: IndexQueues::new(0, 4),
+                small_target: 1,
+                ghost_capacity: 1,
+                evicted: false,
+            }),
+        }
+    }
+
+    fn libcachesim_rules(&self) -> bool {
+        self.config.rules == S3FifoRules::LibCacheSim
     }
 
     /// Which queue buffer `index` is in.
@@ -95,11 +276,13 @@ impl S3Fifo {
         // Buffers passed over in a row because they are pinned: a full lap of them means that
         // queue has nothing to give now.
         let (mut skipped_small, mut skipped_main) = (0, 0);
+        // `rules=libcachesim`: once an eviction starts on the small queue it stays there.
+        let mut stay_small = false;
         while *steps > 0 && !(small_done && main_done) {
             *steps -= 1;
             let small_left = q.q.len(SMALL) - *from_small;
-            let use_small =
-                !small_done && (small_left >= q.small_target || main_done || q.q.is_empty(MAIN));
+            let use_small = !small_done
+                && (stay_small || small_left >= q.small_target || main_done || q.q.is_empty(MAIN));
             if use_small {
                 let Some(t) = q.q.back(SMALL) else {
                     small_done = true;
@@ -116,9 +299,10 @@ impl S3Fifo {
                     continue;
                 }
                 skipped_small = 0;
-                if self.freq[t as usize].load(Relaxed) >= 1 {
+                if self.freq[t as usize].load(Relaxed) >= self.config.move_to_main_threshold {
                     q.q.move_to_front(MAIN, t);
                     self.freq[t as usize].store(0, Relaxed);
+                    stay_small = self.libcachesim_rules();
                 } else {
                     q.q.move_to_front(SMALL, t);
                     *from_small += 1;
@@ -161,11 +345,15 @@ impl Policy for S3Fifo {
         let n = layout.buffers;
         let cap = layout.capacity.min(n).max(1);
         self.freq = (0..n).map(|_| AtomicU8::new(0)).collect();
-        let small_target = (cap / 10).max(1);
+        let small_target = share(cap, self.config.small_size_ratio);
         *self.queues.get_mut() = Queues {
-            q: IndexQueues::new(n, 3),
+            q: IndexQueues::new(n, 4),
             small_target,
-            ghost_capacity: (cap - small_target.min(cap)).max(1),
+            ghost_capacity: match self.config.ghost_size_ratio {
+                None => (cap - small_target.min(cap)).max(1),
+                Some(r) => (cap as f64 * r) as u64,
+            },
+            evicted: false,
         };
     }
 
@@ -198,11 +386,24 @@ impl Policy for S3Fifo {
         }
     }
 
+    fn on_miss(&self, index: u64) {
+        if !self.libcachesim_rules() {
+            return;
+        }
+        let mut q = self.queues.lock();
+        if q.q.queue_of(index) == Some(GHOST) {
+            q.q.remove(index);
+            q.q.push_front(TO_MAIN, index);
+        }
+    }
+
     fn on_insert(&self, index: u64) {
         self.freq[index as usize].store(0, Relaxed);
         let mut q = self.queues.lock();
         let to = match q.q.remove(index) {
-            Some(GHOST) => MAIN,
+            Some(GHOST) if !self.libcachesim_rules() => MAIN,
+            Some(TO_MAIN) => MAIN,
+            _ if self.libcachesim_rules() && !q.evicted && q.q.len(SMALL) >= q.small_target => MAIN,
             _ => SMALL,
         };
         q.q.push_front(to, index);
@@ -210,6 +411,7 @@ impl Policy for S3Fifo {
 
     fn on_evict(&self, index: u64) {
         let mut q = self.queues.lock();
+        q.evicted = true;
         if q.q.remove(index) == Some(SMALL) {
             q.q.push_front(GHOST, index);
             while q.q.len(GHOST) > q.ghost_capacity {

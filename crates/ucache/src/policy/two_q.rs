@@ -5,7 +5,8 @@
 //! (its index still remembered in the ghost FIFO A1out) earns a place in the LRU Am. A scan
 //! therefore flows through A1in and never displaces Am. Suits workloads with a hot set plus
 //! sequential scans or one-off reads, where plain LRU is flushed by every scan. Parameters are
-//! the paper's recommendation: Kin = 25% and Kout = 50% of the capacity.
+//! the paper's recommendation: Kin = 25% and Kout = 50% of the capacity ([`TwoQConfig`]:
+//! `a_in_size_ratio` and `a_out_size_ratio`, libCacheSim's names and defaults).
 //!
 //! Concurrency: the three queues must change together (a buffer moves between them), so they
 //! sit behind one mutex; every hook does O(1) list work under it.
@@ -13,7 +14,74 @@
 use parking_lot::Mutex;
 
 use super::advanced::idle;
-use super::{Buffers, IndexList, Layout, Policy};
+use super::config::{check_ratio, check_share, parse_value, share, unknown_preset};
+use super::{Buffers, IndexList, Layout, Policy, PolicyConfig, PolicyConfigError};
+
+/// 2Q's parameters: A1in's and A1out's shares of the capacity. The defaults are the paper's
+/// and libCacheSim's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TwoQConfig {
+    /// Kin: the FIFO A1in's share, in (0, 1).
+    pub a_in_size_ratio: f64,
+    /// Kout: ghosts remembered in A1out, as a share of the capacity (0, 10].
+    pub a_out_size_ratio: f64,
+}
+
+impl Default for TwoQConfig {
+    fn default() -> Self {
+        TwoQConfig {
+            a_in_size_ratio: 0.25,
+            a_out_size_ratio: 0.5,
+        }
+    }
+}
+
+impl PolicyConfig for TwoQConfig {
+    fn policy_name(&self) -> &'static str {
+        "2q"
+    }
+
+    fn params(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("a_in_size_ratio", self.a_in_size_ratio.to_string()),
+            ("a_out_size_ratio", self.a_out_size_ratio.to_string()),
+        ]
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<(), PolicyConfigError> {
+        match key {
+            "a_in_size_ratio" => {
+                self.a_in_size_ratio = parse_value("2q", "a_in_size_ratio", value, "a number")?
+            }
+            "a_out_size_ratio" => {
+                self.a_out_size_ratio = parse_value("2q", "a_out_size_ratio", value, "a number")?
+            }
+            _ => return Err(self.unknown_parameter(key)),
+        }
+        Ok(())
+    }
+
+    fn presets(&self) -> &'static [&'static str] {
+        &["libcachesim"]
+    }
+
+    fn preset(&mut self, name: &str) -> Result<(), PolicyConfigError> {
+        match name {
+            "default" | "libcachesim" => *self = Self::default(),
+            _ => return Err(unknown_preset(self, name)),
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), PolicyConfigError> {
+        check_share("2q", "a_in_size_ratio", self.a_in_size_ratio, "Am")?;
+        check_ratio("2q", "a_out_size_ratio", self.a_out_size_ratio, true, 10.0)
+    }
+
+    fn build_unchecked(&self) -> Box<dyn Policy> {
+        Box::new(TwoQ::with_config(*self))
+    }
+}
 
 struct Queues {
     a1in: IndexList,
@@ -28,12 +96,18 @@ struct Queues {
 
 #[derive(Default)]
 pub struct TwoQ {
+    config: TwoQConfig,
     q: Option<Mutex<Queues>>,
 }
 
 impl TwoQ {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// 2Q with these parameters (validate them first: see [`PolicyConfig::build`]).
+    pub fn with_config(config: TwoQConfig) -> Self {
+        TwoQ { config, q: None }
     }
 
     fn q(&self) -> parking_lot::MutexGuard<'_, Queues> {
@@ -54,8 +128,8 @@ impl Policy for TwoQ {
             a1out: IndexList::new(n),
             am: IndexList::new(n),
             to_am: IndexList::new(n),
-            kin: (c / 4).max(1),
-            kout: (c / 2).max(1),
+            kin: share(c, self.config.a_in_size_ratio),
+            kout: share(c, self.config.a_out_size_ratio),
         }));
     }
 

@@ -18,8 +18,56 @@
 use parking_lot::{Mutex, MutexGuard};
 
 use super::advanced::idle;
+use super::config::{check_share, parse_value, share};
 use super::count_min::CountMin;
-use super::{Buffers, IndexList, Layout, Policy};
+use super::{Buffers, IndexList, Layout, Policy, PolicyConfig, PolicyConfigError};
+
+/// W-TinyLFU's parameter: the admission window's share of the capacity (libCacheSim's name
+/// and default, the paper's 1%).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WTinyLfuConfig {
+    /// The window LRU's share, in (0, 1).
+    pub window_size: f64,
+}
+
+impl Default for WTinyLfuConfig {
+    fn default() -> Self {
+        WTinyLfuConfig { window_size: 0.01 }
+    }
+}
+
+impl PolicyConfig for WTinyLfuConfig {
+    fn policy_name(&self) -> &'static str {
+        "w-tinylfu"
+    }
+
+    fn params(&self) -> Vec<(&'static str, String)> {
+        vec![("window_size", self.window_size.to_string())]
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<(), PolicyConfigError> {
+        match key {
+            "window_size" => {
+                self.window_size = parse_value("w-tinylfu", "window_size", value, "a number")?
+            }
+            _ => return Err(self.unknown_parameter(key)),
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), PolicyConfigError> {
+        check_share(
+            "w-tinylfu",
+            "window_size",
+            self.window_size,
+            "the main cache",
+        )
+    }
+
+    fn build_unchecked(&self) -> Box<dyn Policy> {
+        Box::new(WTinyLfu::with_config(*self))
+    }
+}
 
 struct State {
     window: IndexList,
@@ -68,12 +116,21 @@ impl State {
 
 #[derive(Default)]
 pub struct WTinyLfu {
+    config: WTinyLfuConfig,
     state: Option<Mutex<State>>,
 }
 
 impl WTinyLfu {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// W-TinyLFU with these parameters (validate them first: see [`PolicyConfig::build`]).
+    pub fn with_config(config: WTinyLfuConfig) -> Self {
+        WTinyLfu {
+            config,
+            state: None,
+        }
     }
 
     fn st(&self) -> MutexGuard<'_, State> {
@@ -92,7 +149,7 @@ impl Policy for WTinyLfu {
     fn attach(&mut self, layout: Layout) {
         let n = layout.buffers;
         let c = layout.capacity.min(n).max(1);
-        let window_max = (c / 100).max(1);
+        let window_max = share(c, self.config.window_size);
         let main_max = c.saturating_sub(window_max);
         self.state = Some(Mutex::new(State {
             window: IndexList::new(n),

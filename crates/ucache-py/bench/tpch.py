@@ -1,0 +1,239 @@
+"""TPC-H on DuckDB: direct local reads against ucache's fsspec filesystem, locally and on S3.
+
+    python bench/tpch.py --sf 0.1 --data DIR [--rounds 2] [--runs 3] [--out DIR]
+
+Generates TPC-H Parquet at scale factor `--sf` with PyPI's ``tpchgen-cli`` (once, into
+`--data`), uploads it to the S3 server named by ``UCACHE_S3_ENDPOINT`` and the ``AWS_*``
+variables (scripts/s3-server.sh's env file; without one the S3 systems are skipped), and
+runs the 22 queries on each system:
+
+- ``local``: DuckDB's ``read_parquet`` on the local files;
+- ``ucache-local``: the same files through ``ucache://`` (ucache.filesystem);
+- ``s3fs``: the S3 objects through s3fs registered with DuckDB;
+- ``httpfs``: the S3 objects through DuckDB's own httpfs extension, if it loads here;
+- ``ucache-s3``: the S3 objects through ``ucache://s3://``.
+
+As the paper (ucache-fast26 §6.6) does, each query runs `--runs` times in a row in one DuckDB
+session and the reported time is the mean of the runs after the first. ucache gets a budget of
+a quarter of the data's bytes by default (`--budget-fraction`; at least 8 MiB; a fresh cache
+per system and round). Systems are interleaved:
+each round runs every system once, in turn, and `--rounds` rounds are made; the figure per
+query is the median over rounds. Every query's result must be identical across systems
+(floating-point columns compared to 9 significant digits, as parallel sums may add in another
+order). Writes ``tpch.json`` and ``tpch.md`` (per-query table and geometric means) to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import duckdb
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tpch_queries import QUERIES, TABLES  # noqa: E402
+
+import ucache  # noqa: E402
+from ucache.filesystem import UcacheFileSystem  # noqa: E402
+
+
+def generate(sf: float, data: Path) -> None:
+    if (data / "lineitem.parquet").exists():
+        return
+    data.mkdir(parents=True, exist_ok=True)
+    exe = Path(sys.executable).with_name("tpchgen-cli")
+    subprocess.run([str(exe), "parquet", "-s", str(sf), "--output-dir", str(data)], check=True)
+
+
+def normalize(rows: list[tuple]) -> list[tuple]:
+    def cell(v: Any) -> Any:
+        if isinstance(v, float):
+            return float(f"{v:.9g}")
+        if hasattr(v, "is_finite"):  # Decimal
+            return float(f"{float(v):.9g}")
+        return v
+
+    return [tuple(cell(v) for v in r) for r in rows]
+
+
+class System:
+    def __init__(self, name: str, setup: Callable[[duckdb.DuckDBPyConnection], Callable[[str], str]]):
+        self.name = name
+        self.setup = setup
+
+
+def views(con: duckdb.DuckDBPyConnection, url: Callable[[str], str]) -> None:
+    for t in TABLES:
+        con.execute(f"create or replace view {t} as select * from read_parquet('{url(t)}')")
+
+
+def run_system(sys_: System, runs: int) -> tuple[dict[int, float], dict[int, list[tuple]], dict]:
+    con = duckdb.connect()
+    info: dict = {}
+    url = sys_.setup(con, info)
+    views(con, url)
+    times: dict[int, float] = {}
+    results: dict[int, list[tuple]] = {}
+    for q, sql in QUERIES.items():
+        ts = []
+        for r in range(runs):
+            t0 = time.perf_counter()
+            rows = con.execute(sql).fetchall()
+            ts.append(time.perf_counter() - t0)
+            if r == 0:
+                results[q] = normalize(rows)
+        times[q] = statistics.mean(ts[1:]) if runs > 1 else ts[0]
+    if "fs" in info:
+        s = info["fs"].cache.stats()
+        info = {"bytes_read": s["bytes_read"], "hits": s["hits"], "misses": s["misses"], "evictions": s["evictions"]}
+    con.close()
+    return times, results, info
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sf", type=float, default=0.1)
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--systems", default="local,ucache-local,s3fs,httpfs,ucache-s3")
+    ap.add_argument("--buffer-size", default="1MiB", help="ucache's buffer size for S3 (local: 64KiB)")
+    ap.add_argument("--budget-fraction", type=float, default=0.25, help="ucache's budget, as a share of the data")
+    a = ap.parse_args()
+
+    a.data = a.data / f"sf{a.sf}"
+    generate(a.sf, a.data)
+    data_bytes = sum((a.data / f"{t}.parquet").stat().st_size for t in TABLES)
+    budget = max(int(data_bytes * a.budget_fraction), 8 << 20)
+    wanted = a.systems.split(",")
+    systems: list[System] = []
+    skipped: dict[str, str] = {}
+
+    def local(con, info):
+        return lambda t: str(a.data / f"{t}.parquet")
+
+    def ucache_local(con, info):
+        fs = UcacheFileSystem(cache=ucache.Cache(budget), buffer_size="64KiB")
+        con.register_filesystem(fs)
+        info["fs"] = fs
+        return lambda t: f"ucache://{a.data.resolve()}/{t}.parquet"
+
+    systems += [System("local", local), System("ucache-local", ucache_local)]
+
+    endpoint = os.environ.get("UCACHE_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint and os.environ.get("AWS_ACCESS_KEY_ID"):
+        import s3fs
+
+        key, secret = os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]
+        s3 = s3fs.S3FileSystem(key=key, secret=secret, endpoint_url=endpoint, client_kwargs={"region_name": "us-east-1"})
+        prefix = f"ucache-bench/tpch-sf{a.sf}-{uuid.uuid4().hex[:8]}"
+        for t in TABLES:
+            s3.put(str(a.data / f"{t}.parquet"), f"{prefix}/{t}.parquet")
+
+        def s3fs_sys(con, info):
+            con.register_filesystem(
+                s3fs.S3FileSystem(key=key, secret=secret, endpoint_url=endpoint, client_kwargs={"region_name": "us-east-1"})
+            )
+            return lambda t: f"s3://{prefix}/{t}.parquet"
+
+        def httpfs(con, info):
+            con.execute("install httpfs")  # fails where the extension cannot be fetched
+            con.execute("load httpfs")
+            host = endpoint.split("://", 1)[1]
+            con.execute(
+                f"create secret (type s3, key_id '{key}', secret '{secret}', endpoint '{host}', "
+                f"use_ssl {str(endpoint.startswith('https')).lower()}, url_style 'path', region 'us-east-1')"
+            )
+            return lambda t: f"s3://{prefix}/{t}.parquet"
+
+        def ucache_s3(con, info):
+            fs = UcacheFileSystem(cache=ucache.Cache(budget), buffer_size=a.buffer_size, endpoint=endpoint)
+            con.register_filesystem(fs)
+            info["fs"] = fs
+            return lambda t: f"ucache://s3://{prefix}/{t}.parquet"
+
+        systems += [System("s3fs", s3fs_sys), System("httpfs", httpfs), System("ucache-s3", ucache_s3)]
+    else:
+        for n in ["s3fs", "httpfs", "ucache-s3"]:
+            skipped[n] = "no S3 server in the environment (UCACHE_S3_ENDPOINT)"
+    systems = [s for s in systems if s.name in wanted]
+
+    per_round: dict[str, list[dict[int, float]]] = {s.name: [] for s in systems}
+    stats: dict[str, list[dict]] = {s.name: [] for s in systems}
+    reference: dict[int, list[tuple]] | None = None
+    mismatches: list[str] = []
+    for rnd in range(a.rounds):
+        for s in systems:
+            if s.name in skipped:
+                continue
+            try:
+                times, results, info = run_system(s, a.runs)
+            except Exception as e:  # noqa: BLE001  (httpfs that cannot load)
+                if s.name == "httpfs":
+                    skipped[s.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                    continue
+                raise
+            print(f"round {rnd + 1} {s.name}: total {sum(times.values()):.3f} s", flush=True)
+            per_round[s.name].append(times)
+            stats[s.name].append(info)
+            if reference is None:
+                reference = results
+            else:
+                for q in QUERIES:
+                    if results[q] != reference[q]:
+                        mismatches.append(f"{s.name} q{q}")
+    ran = [s.name for s in systems if s.name not in skipped]
+    med = {n: {q: statistics.median(r[q] for r in per_round[n]) for q in QUERIES} for n in ran}
+
+    def geo(n: str, base: str) -> float:
+        return math.exp(statistics.mean(math.log(med[base][q] / med[n][q]) for q in QUERIES))
+
+    out = {
+        "sf": a.sf,
+        "data_bytes": data_bytes,
+        "ucache_budget": budget,
+        "buffer_size_s3": a.buffer_size,
+        "rounds": a.rounds,
+        "runs": a.runs,
+        "systems": ran,
+        "skipped": skipped,
+        "seconds": med,
+        "cache_stats": stats,
+        "results_identical": not mismatches,
+        "mismatches": mismatches,
+        "speedup_geomean": {
+            f"{n} vs {b}": geo(n, b)
+            for n, b in [("ucache-local", "local"), ("ucache-s3", "s3fs"), ("ucache-s3", "httpfs")]
+            if n in med and b in med
+        },
+    }
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "tpch.json").write_text(json.dumps(out, indent=1))
+    lines = ["| query | " + " | ".join(ran) + " |", "|---|" + "---|" * len(ran)]
+    for q in QUERIES:
+        lines.append(f"| q{q} | " + " | ".join(f"{med[n][q] * 1000:.1f}" for n in ran) + " |")
+    lines.append("| total | " + " | ".join(f"{sum(med[n].values()) * 1000:.1f}" for n in ran) + " |")
+    md = "\n".join(lines)
+    md += "\n\nmilliseconds per query (mean of runs 2..%d, median of %d rounds)\n" % (a.runs, a.rounds)
+    for k, v in out["speedup_geomean"].items():
+        md += f"\n- {k}: {v:.3f}x (geometric mean over the 22 queries)"
+    for k, v in skipped.items():
+        md += f"\n- {k}: not run: {v}"
+    md += f"\n- results identical across systems: {not mismatches} {mismatches or ''}\n"
+    (a.out / "tpch.md").write_text(md)
+    print(md)
+    return 1 if mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# TPC-H on DuckDB through ucache against direct local reads, s3fs and DuckDB's httpfs, on a
+# throwaway SeaweedFS server (scripts/s3-server.sh). Arguments go to
+# crates/ucache-py/bench/tpch.py (see its docstring), e.g.
+#
+#   bash scripts/bench-tpch.sh --sf 0.1 --rounds 2 --out docs/results/2026-11-26-tpch
+#
+# Uses the venv of scripts/test-python.sh (run that first: it builds and installs ucache).
+# Install a release build for figures: UCACHE_PY_PROFILE=release bash scripts/test-python.sh -k nothing
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+py=$root/target/pyenv/bin/python
+work=$(mktemp -d /tmp/ucache-tpch.XXXXXX)
+trap 'bash "$root/scripts/s3-server.sh" stop "$work/s3" >/dev/null 2>&1 || true; rm -rf "$work/s3"' EXIT
+bash scripts/s3-server.sh start "$work/s3" >/dev/null
+# shellcheck disable=SC1091
+. "$work/s3/env"
+data=${UCACHE_TPCH_DATA:-$root/target/tpch-data}
+"$py" crates/ucache-py/bench/tpch.py --data "$data" "$@"
