@@ -12,6 +12,8 @@ use ucache::state::Phase;
 use ucache::store::MemoryStore;
 use ucache::{Cache, CacheOptions, MapOptions};
 
+mod common;
+
 const BS: usize = 4096;
 const CHILD: &str = "UCACHE_RACES_CHILD";
 
@@ -135,14 +137,14 @@ fn map_racing_unmap_of_a_reused_range_is_served() {
                 });
             }
             // Watchdog: a fault served by the wrong mapping spins forever. Each map takes
-            // microseconds, so a minute without one is a hang, not a slow machine.
+            // microseconds, so `HANG` without one is a hang, not a slow machine.
             let (mut last, mut since) = (0, Instant::now());
             while finished.load(Ordering::Relaxed) < nt {
                 std::thread::sleep(Duration::from_millis(100));
                 let p = progress.load(Ordering::Relaxed);
                 if p != last {
                     (last, since) = (p, Instant::now());
-                } else if since.elapsed() > Duration::from_secs(60) {
+                } else if since.elapsed() > common::HANG {
                     println!("HANG after {p} maps");
                     std::process::exit(3);
                 }
@@ -384,7 +386,7 @@ fn exclusive_guards_write_with_handler_threads() {
             }
             tx.send(()).unwrap();
         });
-        rx.recv_timeout(Duration::from_secs(300))
+        rx.recv_timeout(common::HANG)
             .expect("a write through the guard waited on its own pin");
     });
     assert_eq!(store.get("t").unwrap()[BS + 5], 4);

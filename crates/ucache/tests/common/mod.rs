@@ -30,22 +30,23 @@ pub fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'sta
 }
 
 /// Polls `done` every millisecond until it holds, failing the test (naming `what`, with
-/// `detail`'s report) if it still does not after [`HANG`].
+/// `detail`'s report) if it still does not after [`HANG`]'s worth of polls. No clock is read:
+/// each poll sleeps at least a millisecond, so the polls last at least [`HANG`] (longer on a
+/// loaded machine, which only makes the watchdog more patient).
 #[allow(dead_code)] // not every test binary that shares this module uses it
 pub fn until<D: std::fmt::Debug>(
     what: &str,
     mut done: impl FnMut() -> bool,
     detail: impl Fn() -> D,
 ) {
-    let start = std::time::Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < HANG,
-            "timed out waiting for {what}: {:?}",
-            detail()
-        );
-        std::thread::sleep(Duration::from_millis(1));
+    const POLL: Duration = Duration::from_millis(1);
+    for _ in 0..HANG.as_millis() / POLL.as_millis() {
+        if done() {
+            return;
+        }
+        std::thread::sleep(POLL);
     }
+    assert!(done(), "timed out waiting for {what}: {:?}", detail());
 }
 
 /// A store holding object `name` of `buffers` 4 KiB buffers, every byte of buffer `i` holding
