@@ -25,6 +25,7 @@ mod conformance;
 mod count_min;
 mod fallback;
 mod fifo;
+mod forward;
 mod get_scan;
 mod global;
 mod guarded;
