@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use ucache::store::MemoryStore;
 
+pub mod store;
+
 /// How long a test may go without finishing what it waits for before it is called hung. Far
 /// above any plausible run (under valgrind, on a loaded 2-core machine): a watchdog catches
 /// hangs, it never times the code (docs/reliability.md, "tests never flake").
