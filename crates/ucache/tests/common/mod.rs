@@ -51,6 +51,26 @@ pub fn until<D: std::fmt::Debug>(
     assert!(done(), "timed out waiting for {what}: {:?}", detail());
 }
 
+/// The access modes a test that runs in both should cover: explicit (`false`) and transparent
+/// (`true`), or explicit alone under ThreadSanitizer (`UCACHE_TSAN=1`, set by scripts/tsan.sh).
+/// TSan cannot see the ordering the kernel's write protection gives a transparent mapping's
+/// plain stores and the write-back that reads them, so it reports that pair as a race.
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn transparent_modes() -> &'static [bool] {
+    if under_tsan() {
+        &[false]
+    } else {
+        &[false, true]
+    }
+}
+
+/// Whether the tests run under ThreadSanitizer (see [`transparent_modes`]): transparent-only
+/// tests return early then.
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn under_tsan() -> bool {
+    std::env::var_os("UCACHE_TSAN").is_some_and(|v| v == "1")
+}
+
 /// A store holding object `name` of `buffers` 4 KiB buffers, every byte of buffer `i` holding
 /// `i` (mod 256), so a misplaced buffer shows.
 #[allow(dead_code)] // not every test binary that shares this module uses it
