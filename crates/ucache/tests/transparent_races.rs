@@ -13,6 +13,7 @@ use ucache::store::MemoryStore;
 use ucache::{Cache, CacheOptions, MapOptions};
 
 mod common;
+use common::words;
 
 const BS: usize = 4096;
 const CHILD: &str = "UCACHE_RACES_CHILD";
@@ -29,11 +30,6 @@ fn mode() -> Option<String> {
     std::env::var(CHILD).ok()
 }
 
-fn words(m: &ucache::Mapping) -> &[AtomicU64] {
-    // SAFETY: the mapping's memory is valid for its length while `m` lives.
-    unsafe { std::slice::from_raw_parts(m.as_ptr() as *const AtomicU64, m.len() as usize / 8) }
-}
-
 /// A plain store whose write-protect fault finds the buffer pinned exclusively by another
 /// thread (one that only reads under its pin) waits for the pin. Before, it lifted the
 /// protection itself: when the pin was dropped clean in between, the buffer ended up clean and
@@ -42,14 +38,7 @@ fn words(m: &ucache::Mapping) -> &[AtomicU64] {
 fn store_racing_a_clean_exclusive_unpin_is_not_lost() {
     let store = MemoryStore::new();
     store.insert("t", vec![0u8; 4 * BS]);
-    let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
-    let m = cache
-        .map(
-            Arc::new(store.clone()),
-            "t",
-            MapOptions::new().transparent(true).writable(true),
-        )
-        .unwrap();
+    let (_cache, m) = common::writable_transparent(&store, 64, 1);
     let w = words(&m);
     let stop = AtomicBool::new(false);
     let mut lost = None;

@@ -95,6 +95,39 @@ pub fn tracked() -> ucache::MapOptions {
         .readahead(false)
 }
 
+/// A cache of `budget` buffers of 4 KiB that evicts `batch` at a time, and a writable
+/// transparent mapping of `store`'s object `t` in it.
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn writable_transparent(
+    store: &MemoryStore,
+    budget: usize,
+    batch: usize,
+) -> (ucache::Cache, ucache::Mapping) {
+    let cache =
+        ucache::Cache::new(ucache::CacheOptions::new((budget * 4096) as u64).batch(batch)).unwrap();
+    let m = cache
+        .map(
+            Arc::new(store.clone()),
+            "t",
+            ucache::MapOptions::new().transparent(true).writable(true),
+        )
+        .unwrap();
+    (cache, m)
+}
+
+/// A transparent mapping's memory as 64-bit words, for plain loads and stores from several
+/// threads at once (atomics are the sound way to share them; plain movs on x86-64).
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn words(m: &ucache::Mapping) -> &[std::sync::atomic::AtomicU64] {
+    // SAFETY: the mapping's memory is valid for its length while `m` lives.
+    unsafe {
+        std::slice::from_raw_parts(
+            m.as_ptr() as *const std::sync::atomic::AtomicU64,
+            m.len() as usize / 8,
+        )
+    }
+}
+
 /// Buffer `i`'s phase now.
 #[allow(dead_code)] // not every test binary that shares this module uses it
 pub fn phase(m: &ucache::Mapping, i: u64) -> ucache::state::Phase {
