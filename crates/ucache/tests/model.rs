@@ -14,16 +14,20 @@ const ITERATIONS: usize = 3000;
 
 /// A cache that holds one buffer at a time, over `n` buffers whose first byte is their index.
 fn setup(n: usize) -> (MemoryStore, Cache, Arc<ucache::Mapping>) {
+    mapped(n, 1, MapOptions::new().writable(true))
+}
+
+/// A cache of `budget` buffers evicting one at a time, and a mapping with `options` of `n`
+/// buffers whose first byte is their index.
+fn mapped(
+    n: usize,
+    budget: usize,
+    options: MapOptions,
+) -> (MemoryStore, Cache, Arc<ucache::Mapping>) {
     let store = MemoryStore::new();
     store.insert("o", (0..n * BS).map(|i| (i / BS) as u8).collect());
-    let cache = Cache::new(CacheOptions::new(BS as u64).batch(1)).unwrap();
-    let m = cache
-        .map(
-            Arc::new(store.clone()),
-            "o",
-            MapOptions::new().writable(true),
-        )
-        .unwrap();
+    let cache = Cache::new(CacheOptions::new((budget * BS) as u64).batch(1)).unwrap();
+    let m = cache.map(Arc::new(store.clone()), "o", options).unwrap();
     (store, cache, Arc::new(m))
 }
 
@@ -162,23 +166,12 @@ fn set_aside_restore_and_evict_race_safely() {
     static RESTORED: AtomicU64 = AtomicU64::new(0);
     const N: u64 = 9;
     check(|| {
-        let store = MemoryStore::new();
-        store.insert("o", (0..N as usize * BS).map(|i| (i / BS) as u8).collect());
-        let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).unwrap();
-        let m = Arc::new(
-            cache
-                .map(
-                    Arc::new(store),
-                    "o",
-                    // No readahead: its loads run on the IO worker, a thread shuttle does
-                    // not control.
-                    MapOptions::new()
-                        .transparent(true)
-                        .track_access(true)
-                        .readahead(false),
-                )
-                .unwrap(),
-        );
+        // No readahead: its loads run on the IO worker, a thread shuttle does not control.
+        let options = MapOptions::new()
+            .transparent(true)
+            .track_access(true)
+            .readahead(false);
+        let (_, cache, m) = mapped(N as usize, 8, options);
         for i in 0..N {
             drop(m.pin_shared(i).unwrap());
         }
@@ -388,23 +381,12 @@ fn write_protect_faults_racing_a_clean_exclusive_unpin_and_eviction_lose_no_stor
     static WRITE_FAULTS: AtomicU64 = AtomicU64::new(0);
     static MISSES_WHILE_STORING: AtomicU64 = AtomicU64::new(0);
     check(|| {
-        let store = MemoryStore::new();
-        store.insert("o", (0..3 * BS).map(|i| (i / BS) as u8).collect());
-        let cache = Cache::new(CacheOptions::new(2 * BS as u64).batch(1)).unwrap();
-        let m = Arc::new(
-            cache
-                .map(
-                    Arc::new(store.clone()),
-                    "o",
-                    // No readahead: its loads run on the IO worker, a thread shuttle does
-                    // not control.
-                    MapOptions::new()
-                        .transparent(true)
-                        .writable(true)
-                        .readahead(false),
-                )
-                .unwrap(),
-        );
+        // No readahead: its loads run on the IO worker, a thread shuttle does not control.
+        let options = MapOptions::new()
+            .transparent(true)
+            .writable(true)
+            .readahead(false);
+        let (store, cache, m) = mapped(3, 2, options);
         // Resident and clean, so the first store takes a write-protect fault.
         drop(m.pin_shared(0).unwrap());
         drop(m.pin_shared(1).unwrap());
@@ -454,18 +436,7 @@ fn background_eviction_rounds_race_writers_and_misses() {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     static FREED: AtomicU64 = AtomicU64::new(0);
     check(|| {
-        let store = MemoryStore::new();
-        store.insert("o", (0..4 * BS).map(|i| (i / BS) as u8).collect());
-        let cache = Cache::new(CacheOptions::new(2 * BS as u64).batch(1)).unwrap();
-        let m = Arc::new(
-            cache
-                .map(
-                    Arc::new(store.clone()),
-                    "o",
-                    MapOptions::new().writable(true),
-                )
-                .unwrap(),
-        );
+        let (store, cache, m) = mapped(4, 2, MapOptions::new().writable(true));
         let writers: Vec<_> = (0..2u64)
             .map(|i| {
                 let m = m.clone();
