@@ -142,15 +142,7 @@ fn map_racing_unmap_of_a_reused_range_is_served() {
         println!("DONE {} maps", progress.load(Ordering::Relaxed));
         std::process::exit(0);
     }
-    let out = child("map_racing_unmap_of_a_reused_range_is_served", "maps");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("DONE"),
-        "child ended with {:?} (signal {:?}): {}",
-        out.status,
-        out.status.signal(),
-        report_lines(&stdout)
-    );
+    assert_child_done("map_racing_unmap_of_a_reused_range_is_served", "maps");
 }
 
 /// Two threads map at once. Each registration must claim its registry slot before writing its
@@ -209,17 +201,9 @@ fn concurrent_maps_without_address_reuse_register_the_right_ranges() {
         println!("DONE {} rounds", rounds.load(Ordering::Relaxed));
         std::process::exit(0);
     }
-    let out = child(
+    assert_child_done(
         "concurrent_maps_without_address_reuse_register_the_right_ranges",
         "noreuse",
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("DONE"),
-        "child ended with {:?} (signal {:?}): {}",
-        out.status,
-        out.status.signal(),
-        report_lines(&stdout)
     );
 }
 
@@ -256,12 +240,22 @@ fn watchdog(secs: u64) {
     });
 }
 
-fn report_lines(stdout: &str) -> String {
-    stdout
-        .lines()
-        .filter(|l| l.contains("HANG") || l.contains("DONE") || l.contains("UNSERVED"))
-        .collect::<Vec<_>>()
-        .join(" ")
+/// Runs test `name` as a child in `mode` and asserts that it exited cleanly after printing
+/// `DONE`; the failure quotes its report lines.
+fn assert_child_done(name: &str, mode: &str) {
+    let out = child(name, mode);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("DONE"),
+        "child ended with {:?} (signal {:?}): {}",
+        out.status,
+        out.status.signal(),
+        stdout
+            .lines()
+            .filter(|l| !l.starts_with("running") && !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
 }
 
 /// A transparent mapping of four buffers of 7s, without readahead, whose first buffer has
@@ -303,21 +297,9 @@ fn a_sent_sigbus_does_not_uninstall_the_fault_handler() {
         println!("DONE second miss served");
         std::process::exit(0);
     }
-    let out = child(
+    assert_child_done(
         "a_sent_sigbus_does_not_uninstall_the_fault_handler",
         "sigign",
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("DONE"),
-        "child ended with {:?} (signal {:?}): {}",
-        out.status,
-        out.status.signal(),
-        stdout
-            .lines()
-            .filter(|l| !l.starts_with("running") && !l.is_empty())
-            .collect::<Vec<_>>()
-            .join(" | ")
     );
 }
 
