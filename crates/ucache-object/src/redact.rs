@@ -20,12 +20,18 @@ static SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
 /// What replaces a credential in a text.
 pub(crate) const REDACTED: &str = "<redacted>";
 
+/// Values shorter than this are not scrubbed: a one- or two-letter "secret" (as tests against
+/// local servers use) would turn every `a` or `b` of every later message into `<redacted>`,
+/// and is no secret to begin with. Real credentials are far longer (AWS: 20-character key
+/// ids, 40-character secrets, session tokens of hundreds).
+pub(crate) const MIN_SCRUBBED: usize = 4;
+
 /// Adds credentials to the set [`scrub`] removes, each also in its percent-encoded spelling
-/// (a token with `/`, `+` or `=` appears so in query strings a server quotes). Empty values
-/// are skipped.
+/// (a token with `/`, `+` or `=` appears so in query strings a server quotes). Values shorter
+/// than [`MIN_SCRUBBED`] are skipped.
 pub(crate) fn register<'a>(values: impl IntoIterator<Item = &'a str>) {
     let mut set = SECRETS.write().unwrap_or_else(|p| p.into_inner());
-    for v in values.into_iter().filter(|v| !v.is_empty()) {
+    for v in values.into_iter().filter(|v| v.len() >= MIN_SCRUBBED) {
         for form in [v.to_string(), percent_encoded(v)] {
             if !set.contains(&form) {
                 set.push(form);
@@ -67,13 +73,18 @@ mod tests {
 
     #[test]
     fn registered_credentials_are_scrubbed_in_both_spellings() {
-        register(["unit-AKID-1", "unit/se+cret=", ""]);
+        register(["unit-AKID-1", "unit/se+cret=", "", "b"]);
         let text = "id unit-AKID-1, raw unit/se+cret=, query unit%2Fse%2Bcret%3D, other words";
         assert_eq!(
             scrub(text),
             "id <redacted>, raw <redacted>, query <redacted>, other words"
         );
         assert_eq!(scrub("nothing here"), "nothing here");
+        assert_eq!(
+            scrub("s3://bucket/key"),
+            "s3://bucket/key",
+            "a 1-letter value is kept"
+        );
     }
 
     #[test]
