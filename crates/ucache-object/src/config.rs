@@ -3,8 +3,9 @@
 //!
 //! Credentials come from the standard AWS environment variables ([`S3Config::from_env`]) or from
 //! explicit options, never from a file this crate reads on its own, so what a program uses is
-//! what it was given. [`S3Config`]'s `Debug` redacts the secret and the session token because
-//! configurations end up in logs and panic messages.
+//! what it was given. [`S3Config`]'s `Debug` redacts the access key id, the secret and the
+//! session token because configurations end up in logs and panic messages, and building a
+//! client registers them with [`crate::redact`], which scrubs them out of every error text.
 
 use std::fmt;
 use std::sync::Arc;
@@ -304,9 +305,19 @@ impl S3Config {
         if let Some(t) = &self.session_token {
             b = b.with_token(t);
         }
-        let store = b
-            .build()
-            .map_err(|e| Error::BadArgument(format!("{}: {e}", self.url())))?;
+        crate::redact::register(
+            [
+                &self.access_key_id,
+                &self.secret_access_key,
+                &self.session_token,
+            ]
+            .into_iter()
+            .flatten()
+            .map(String::as_str),
+        );
+        let store = b.build().map_err(|e| {
+            Error::BadArgument(crate::redact::scrub(&format!("{}: {e}", self.url())))
+        })?;
         Ok(Arc::new(store))
     }
 }
@@ -344,7 +355,7 @@ impl fmt::Debug for S3Config {
             .field("key", &self.key)
             .field("endpoint", &self.endpoint.as_deref().map(redact_endpoint))
             .field("region", &self.region)
-            .field("access_key_id", &self.access_key_id)
+            .field("access_key_id", &redact(&self.access_key_id))
             .field("secret_access_key", &redact(&self.secret_access_key))
             .field("session_token", &redact(&self.session_token))
             .field("allow_http", &self.allow_http)
@@ -377,8 +388,10 @@ mod tests {
             .credentials("AKID", "topsecret")
             .session_token("tok3n");
         let d = format!("{c:?}");
-        assert!(d.contains("AKID") && d.contains("<redacted>"), "{d}");
-        assert!(!d.contains("topsecret") && !d.contains("tok3n"), "{d}");
+        assert_eq!(d.matches("<redacted>").count(), 3, "{d}");
+        for s in ["AKID", "topsecret", "tok3n"] {
+            assert!(!d.contains(s), "{d}");
+        }
     }
 
     #[test]

@@ -11,7 +11,10 @@ use std::io;
 
 use ucache::Error;
 
+use crate::redact::scrub;
+
 /// Converts a failed request on `object` (`what` says which part: a chunk key, "manifest").
+/// What the server answered is quoted, with every credential scrubbed out of it.
 pub(crate) fn to_io(object: &str, what: &str, e: object_store::Error) -> io::Error {
     use object_store::Error as E;
     match e {
@@ -22,9 +25,9 @@ pub(crate) fn to_io(object: &str, what: &str, e: object_store::Error) -> io::Err
         E::Precondition { .. } => changed(object),
         E::PermissionDenied { source, .. } | E::Unauthenticated { source, .. } => io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!("{object}: {what}: access denied, check the credentials and bucket policy ({source})"),
+            scrub(&format!("{object}: {what}: access denied, check the credentials and bucket policy ({source})")),
         ),
-        other => io::Error::other(format!("{object}: {what}: {other}")),
+        other => io::Error::other(scrub(&format!("{object}: {what}: {other}"))),
     }
 }
 

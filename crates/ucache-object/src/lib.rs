@@ -11,7 +11,8 @@
 //! Errors name the object (`s3://bucket/key`): a missing bucket or key is
 //! [`ucache::Error::NotFound`], bad credentials an IO error of kind `PermissionDenied`, an
 //! object replaced behind the cache [`ucache::Error::ObjectChanged`], and an unreachable server
-//! an IO error that leaves dirty data dirty. Several nodes sharing a prefix each cache on their
+//! an IO error that leaves dirty data dirty. No error text quotes a credential (the access key
+//! id, the secret, the session token), not even one a server's answer echoes back. Several nodes sharing a prefix each cache on their
 //! own and the last writer of a chunk wins; see [`chunked`] and docs/object-store.md.
 
 pub mod chunked;
@@ -20,6 +21,7 @@ mod config;
 mod error;
 pub mod manifest;
 mod readonly;
+mod redact;
 mod runtime;
 mod store;
 

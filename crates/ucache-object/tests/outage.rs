@@ -4,48 +4,29 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::Duration;
+use ucache::{CacheOptions, Error};
 
-use ucache::{Cache, CacheOptions, Error, MapOptions};
-use ucache_object::S3Store;
-
-use common::{config, data, endpoint, unique, OwnServer, Plain};
-
-const BS: usize = 16 << 10;
+use common::{Outage, Plain, OUTAGE_BS as BS};
 
 #[test]
 fn server_outage_keeps_dirty_data_until_msync_succeeds() {
-    // The shared server only tells us whether S3 tests are to run; this one starts its own.
-    if endpoint("server_outage_keeps_dirty_data_until_msync_succeeds").is_none() {
+    // Bound in this order so that they drop in reverse: the mapping first, the server last.
+    let Some(Outage {
+        server,
+        prefix,
+        want,
+        cache,
+        mapping: m,
+    }) = Outage::start(
+        "server_outage_keeps_dirty_data_until_msync_succeeds",
+        CacheOptions::new(64 * BS as u64),
+        16,
+        8,
+        8,
+    )
+    else {
         return;
-    }
-    let server = OwnServer::start();
-    let ep = server.endpoint.clone();
-    let prefix = unique("outage");
-    let want = data(8 * BS, 8);
-    let cfg = config(&ep, "")
-        .retries(1, Duration::from_secs(2))
-        .timeouts(Duration::from_secs(30), Duration::from_secs(5));
-    let store = Arc::new(S3Store::chunked(cfg, BS as u64).unwrap());
-    let cache = Cache::new(CacheOptions::new(64 * BS as u64)).unwrap();
-    let m = cache
-        .map(
-            store,
-            &prefix,
-            MapOptions::new()
-                .buffer_size(BS)
-                .writable(true)
-                .create(true)
-                .len(16 * BS as u64),
-        )
-        .unwrap();
-    for i in 0..8u64 {
-        let off = i as usize * BS;
-        m.pin_exclusive(i)
-            .unwrap()
-            .copy_from_slice(&want[off..off + BS]);
-    }
+    };
 
     server.stop();
     // A miss fails with the object's name, and leaves the buffer unloaded.
@@ -72,7 +53,7 @@ fn server_outage_keeps_dirty_data_until_msync_succeeds() {
     for i in 0..8u64 {
         assert!(!m.state(i).unwrap().dirty(), "buffer {i} clean after msync");
     }
-    let plain = Plain::new(&ep);
+    let plain = Plain::new(&server.endpoint);
     for i in 0..8u64 {
         let off = i as usize * BS;
         let got = plain

@@ -11,11 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ucache::{Cache, CacheOptions, Error, MapOptions};
-use ucache_object::S3Store;
 
-use common::{config, data, endpoint, unique, OwnServer};
-
-const BS: usize = 16 << 10;
+use common::{Outage, OUTAGE_BS as BS};
 /// Buffers the budget holds: all dirty when the server stops.
 const BUDGET: u64 = 16;
 /// Buffers (chunks) in the object.
@@ -44,42 +41,25 @@ fn assert_writeback_failed(r: ucache::Result<()>, prefix: &str, what: &str) -> S
 
 #[test]
 fn server_outage_with_the_budget_dirty_keeps_every_byte() {
-    if endpoint("server_outage_with_the_budget_dirty_keeps_every_byte").is_none() {
-        return;
-    }
-    let server = OwnServer::start();
-    let ep = server.endpoint.clone();
-    let prefix = unique("outage-full");
-    let want = data(BUDGET as usize * BS, 23);
-    let cfg = || {
-        config(&ep, "")
-            .retries(1, Duration::from_secs(2))
-            .timeouts(Duration::from_secs(30), Duration::from_secs(5))
-    };
-    let store = Arc::new(S3Store::chunked(cfg(), BS as u64).unwrap());
-    let cache = Cache::new(
+    // Bound in this order so that they drop in reverse: the mapping first, the server last.
+    let Some(Outage {
+        server,
+        prefix,
+        want,
+        cache,
+        mapping: m,
+    }) = Outage::start(
+        "server_outage_with_the_budget_dirty_keeps_every_byte",
         CacheOptions::new(BUDGET * BS as u64)
             .batch(4)
             .budget_wait(Duration::from_millis(200)),
+        LEN,
+        BUDGET,
+        23,
     )
-    .unwrap();
-    let m = cache
-        .map(
-            store,
-            &prefix,
-            MapOptions::new()
-                .buffer_size(BS)
-                .writable(true)
-                .create(true)
-                .len(LEN * BS as u64),
-        )
-        .unwrap();
-    for i in 0..BUDGET {
-        let off = i as usize * BS;
-        m.pin_exclusive(i)
-            .unwrap()
-            .copy_from_slice(&want[off..off + BS]);
-    }
+    else {
+        return;
+    };
     assert_eq!(cache.used(), BUDGET * BS as u64, "the budget is all dirty");
 
     server.stop();
@@ -119,7 +99,7 @@ fn server_outage_with_the_budget_dirty_keeps_every_byte() {
     let fresh = Cache::new(CacheOptions::new(64 * BS as u64)).unwrap();
     let again = fresh
         .map(
-            Arc::new(S3Store::chunked(cfg(), BS as u64).unwrap()),
+            Arc::new(Outage::store(&server.endpoint)),
             &prefix,
             MapOptions::new().buffer_size(BS),
         )

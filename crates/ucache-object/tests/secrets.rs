@@ -2,7 +2,9 @@
 //! password of an endpoint URL that carries user info (`http://user:secret@host`). Every error
 //! a failing S3 run produces (a bad endpoint, a refused connection, wrong credentials on a
 //! live server) is collected, with its `Display`, its `Debug` and its source chain, together
-//! with the `Debug` of the configuration and the store, and searched for the secrets.
+//! with the `Debug` of the configuration and the store, and searched for the secrets. A fake
+//! server whose 403 answers echo the request's headers, as AWS's `SignatureDoesNotMatch` and
+//! `InvalidToken` bodies do, checks that what a server sends back is scrubbed too.
 
 mod common;
 
@@ -17,6 +19,7 @@ use ucache_object::{redact_endpoint, S3Config, S3Store};
 const SECRET: &str = "Sekr1tAccessKeyNeverPrinted";
 const TOKEN: &str = "T0kenOfTheSessionNeverPrinted";
 const URL_PASSWORD: &str = "Passw0rdInTheEndpointURL";
+const ACCESS_KEY: &str = "AKIAAccessKeyIdNeverPrinted";
 
 /// Every way an error can be shown: Display, Debug and each source's Display.
 fn all_forms(e: &(dyn std::error::Error + 'static)) -> String {
@@ -30,7 +33,7 @@ fn all_forms(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 fn assert_no_secret(what: &str, text: &str) {
-    for secret in [SECRET, TOKEN, URL_PASSWORD] {
+    for secret in [SECRET, TOKEN, URL_PASSWORD, ACCESS_KEY] {
         assert!(
             !text.contains(secret),
             "{what} prints a credential ({secret}):\n{text}"
@@ -181,4 +184,99 @@ fn wrong_credentials_on_a_live_server_never_print_them() {
         );
         assert_no_secret("wrong credentials", &printed);
     }
+}
+
+/// A server that answers every request with 403 and an AWS-style error body quoting the
+/// request back: its headers (the `Authorization` header's `Credential=<access key id>/...`
+/// and `x-amz-security-token`, as AWS's `SignatureDoesNotMatch` body quotes them in its
+/// `CanonicalRequest`), the access key id, and, as a server gone wrong might, the secret.
+/// Returns its endpoint and how many requests it answered.
+fn echoing_server() -> (String, Arc<std::sync::atomic::AtomicU64>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let answered = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let count = answered.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut conn = conn;
+                loop {
+                    // One request: its head, then a body of Content-Length bytes.
+                    let mut head = String::new();
+                    let mut body_len = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            body_len = v.trim().parse().unwrap_or(0);
+                        }
+                        head.push_str(&line);
+                    }
+                    let mut body = vec![0u8; body_len];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let head = head.replace('&', "&amp;").replace('<', "&lt;");
+                    let xml = format!(
+                        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error>\
+                         <Code>SignatureDoesNotMatch</Code><Message>The request signature we \
+                         calculated does not match the signature you provided.</Message>\
+                         <AWSAccessKeyId>{ACCESS_KEY}</AWSAccessKeyId>\
+                         <SecretKeyUsed>{SECRET}</SecretKeyUsed>\
+                         <Token-0>{TOKEN}</Token-0>\
+                         <CanonicalRequest>{head}</CanonicalRequest></Error>"
+                    );
+                    let head_only = head.starts_with("HEAD ");
+                    let reply = format!(
+                        "HTTP/1.1 403 Forbidden\r\nContent-Type: application/xml\r\n\
+                         Content-Length: {}\r\n\r\n{}",
+                        xml.len(),
+                        if head_only { "" } else { xml.as_str() }
+                    );
+                    count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if conn.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (endpoint, answered)
+}
+
+/// Every request is refused with a body that quotes the access key id, the session token and
+/// the secret: the errors say access was denied and name the object, but print none of them.
+#[test]
+fn credentials_a_server_echoes_back_are_never_printed() {
+    let (endpoint, answered) = echoing_server();
+    let cfg = quick(
+        S3Config::new("s3://ucache-test/secrets/echo")
+            .unwrap()
+            .endpoint(&endpoint)
+            .credentials(ACCESS_KEY, SECRET)
+            .session_token(TOKEN),
+    );
+    let printed = failing_run(cfg);
+    assert!(
+        answered.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "the fake server was never asked"
+    );
+    assert!(
+        printed.contains("s3://ucache-test/secrets/echo"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("SignatureDoesNotMatch"),
+        "the server's answer travels in the errors (else this test checks nothing):\n{printed}"
+    );
+    assert_no_secret("a server that echoes the credentials", &printed);
 }

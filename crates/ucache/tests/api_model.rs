@@ -38,6 +38,8 @@ use ucache::policy::{policy_by_name, Buffers, Layout, Policy, POLICY_NAMES};
 use ucache::store::{FaultConfig, FaultStore, MemoryStore};
 use ucache::{Bounds, Cache, CacheOptions, Error, FaultHandling, MapOptions, Mapping};
 
+mod common;
+
 const NAME: &str = "obj";
 
 // ---------------------------------------------------------------------------------------------
@@ -1591,14 +1593,15 @@ fn watched<R>(f: impl FnOnce() -> R) -> R {
             let d = DEADLINE.load(Relaxed);
             if d != 0 && now_ms() > d {
                 eprintln!(
-                    "api_model: a plain access to a transparent mapping did not return in 20 s \
-                     (livelock; see transparent::readahead_never_evicts_the_buffer_its_fault_waits_for)"
+                    "api_model: a plain access to a transparent mapping did not return in {:?} \
+                     (livelock; see transparent::readahead_never_evicts_the_buffer_its_fault_waits_for)",
+                    common::HANG
                 );
                 std::process::abort();
             }
         });
     });
-    DEADLINE.store(now_ms() + 20_000, Relaxed);
+    DEADLINE.store(now_ms() + common::HANG.as_millis() as u64, Relaxed);
     let r = f();
     DEADLINE.store(0, Relaxed);
     r

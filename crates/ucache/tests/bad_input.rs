@@ -1,12 +1,13 @@
 //! Bad input gets a typed error and corrupts nothing.
 
 mod common;
+use common::store::{forward_object, WrapStore};
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use ucache::store::{MemoryStore, Object, OpenOptions, Store};
+use ucache::store::{MemoryStore, Object, Store};
 use ucache::{Cache, CacheOptions, Error, MapOptions};
 
 const BS: usize = 4096;
@@ -264,34 +265,8 @@ struct Flaky {
     fail_writes: Arc<AtomicBool>,
 }
 
-struct FlakyStore(
-    MemoryStore,
-    Arc<AtomicBool>,
-    Arc<AtomicBool>,
-    Arc<AtomicBool>,
-);
-
-impl Store for FlakyStore {
-    fn open(&self, object: &str, o: OpenOptions) -> ucache::Result<Arc<dyn Object>> {
-        Ok(Arc::new(Flaky {
-            inner: self.0.open(object, o)?,
-            fail_reads: self.1.clone(),
-            short_reads: self.2.clone(),
-            fail_writes: self.3.clone(),
-        }))
-    }
-}
-
 impl Object for Flaky {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
+    forward_object!(inner: name, len, set_len, sync);
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         if self.fail_reads.load(Ordering::Relaxed) {
             return Err(io::Error::other("device gone"));
@@ -309,21 +284,21 @@ impl Object for Flaky {
         }
         self.inner.write_at(buf, offset)
     }
-    fn sync(&self) -> io::Result<()> {
-        self.inner.sync()
-    }
 }
 
-fn flaky(len: usize) -> (MemoryStore, Arc<FlakyStore>, [Arc<AtomicBool>; 3]) {
+fn flaky(len: usize) -> (MemoryStore, Arc<dyn Store>, [Arc<AtomicBool>; 3]) {
     let mem = store_with("o", len);
     let flags = [(); 3].map(|_| Arc::new(AtomicBool::new(false)));
-    let st = Arc::new(FlakyStore(
-        mem.clone(),
-        flags[0].clone(),
-        flags[1].clone(),
-        flags[2].clone(),
-    ));
-    (mem, st, flags)
+    let [fail_reads, short_reads, fail_writes] = flags.clone();
+    let st = WrapStore::new(Arc::new(mem.clone()), move |inner| {
+        Arc::new(Flaky {
+            inner,
+            fail_reads: fail_reads.clone(),
+            short_reads: short_reads.clone(),
+            fail_writes: fail_writes.clone(),
+        })
+    });
+    (mem, Arc::new(st), flags)
 }
 
 #[test]

@@ -341,3 +341,59 @@ fn a_restore_without_room_fails_as_a_miss_and_loses_nothing() {
         assert_eq!(cache.used(), 0, "every byte of the budget given back");
     });
 }
+
+/// A miss behind a budget that is all dirty while every write-back fails (a full disk, a
+/// store that is down) should fail at once with the write-back's error, once each dirty
+/// buffer's write-back has been tried and failed, instead of retrying write-backs for the
+/// whole `budget_wait` (issue 23, item 5: "misses fail fast"). Checked by counting the
+/// write-backs the miss attempts, not by timing it: at most one per dirty buffer. Nothing is
+/// lost either way: once writes work, msync writes it all.
+///
+/// Open: today `CacheCore::reserve` (cache.rs) retries eviction rounds until `budget_wait`
+/// passes, each round trying the same dirty buffers again (1,024 to 1,648 failed write-backs
+/// per miss in docs/reliability.md's ENOSPC runs); the fix belongs there, in a file another
+/// branch is rewriting. With the 2 s wait below, this test makes thousands of write attempts
+/// and fails.
+#[test]
+#[ignore = "fails today: CacheCore::reserve (cache.rs) retries failed write-backs for all of budget_wait; fix pending the load-path rewrite"]
+fn a_miss_behind_unwritable_dirty_data_fails_after_one_try_of_each_write_back() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use ucache::store::FaultStore;
+    use ucache::Error;
+    within("miss", || {
+        let mem = store("o", 64);
+        let faults = FaultStore::new(mem.clone());
+        let cfg = faults.config().clone();
+        let cache = Cache::new(
+            foreground(16 * BS as u64, 4).budget_wait(std::time::Duration::from_secs(2)),
+        )
+        .unwrap();
+        let m = cache
+            .map(Arc::new(faults), "o", MapOptions::new().writable(true))
+            .unwrap();
+        for i in 0..16 {
+            m.pin_exclusive(i).unwrap().fill(0xD0 + i as u8);
+        }
+        assert_eq!(cache.used(), 16 * BS as u64, "the budget is all dirty");
+        cfg.fail_writes.store(true, Relaxed);
+        cfg.reset_counters();
+        let e = m.pin_shared(40).map(drop).unwrap_err();
+        assert!(matches!(e, Error::WritebackFailed { .. }), "{e}");
+        let tries = cfg.writes();
+        assert!(
+            tries <= 16,
+            "the miss tried {tries} write-backs of 16 dirty buffers before it failed"
+        );
+        cfg.fail_writes.store(false, Relaxed);
+        m.msync(0, m.len()).unwrap();
+        let got = mem.get("o").unwrap();
+        for i in 0..16 {
+            assert!(
+                got[i * BS..(i + 1) * BS]
+                    .iter()
+                    .all(|&b| b == 0xD0 + i as u8),
+                "buffer {i}"
+            );
+        }
+    });
+}

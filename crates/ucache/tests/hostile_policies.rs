@@ -259,6 +259,9 @@ fn a_policy_that_vetoes_every_eviction_exhausts_the_budget_and_loses_nothing() {
 /// with `BudgetExhausted`; the hook lifts the vetoes and the retried access is served.
 #[test]
 fn a_vetoing_policy_on_a_transparent_mapping_reaches_the_fault_hook_and_loses_nothing() {
+    if common::under_tsan() {
+        return;
+    }
     common::within("veto, transparent", || {
         let hooked = Arc::new(AtomicU64::new(0));
         let s = setup(Hostility::VetoAll, true, Some(hooked.clone()));
@@ -287,7 +290,7 @@ fn a_vetoing_policy_on_a_transparent_mapping_reaches_the_fault_hook_and_loses_no
 /// mapping four times the budget: every write survives, the budget holds.
 #[test]
 fn a_slow_policy_under_concurrent_writers_keeps_the_budget_and_every_write() {
-    for transparent in [false, true] {
+    for &transparent in common::transparent_modes() {
         common::within("slow policy", move || {
             let s = setup(Hostility::Slow, transparent, None);
             std::thread::scope(|sc| {
@@ -314,7 +317,7 @@ fn a_slow_policy_under_concurrent_writers_keeps_the_budget_and_every_write() {
 /// returns, the data is right, the budget holds.
 #[test]
 fn a_policy_calling_back_into_its_mapping_never_deadlocks() {
-    for transparent in [false, true] {
+    for &transparent in common::transparent_modes() {
         common::within("re-entrant policy", move || {
             let s = setup(Hostility::Reentrant, transparent, Some(Default::default()));
             std::thread::scope(|sc| {

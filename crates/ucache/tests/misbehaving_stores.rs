@@ -11,6 +11,7 @@ use ucache::store::{MemoryStore, Object, OpenOptions, Store};
 use ucache::{Cache, CacheOptions, Error, FaultAction, MapOptions};
 
 mod common;
+use common::store::{forward_object, WrapStore};
 use common::within;
 
 const BS: usize = 4096;
@@ -36,15 +37,7 @@ impl Store for PanickyStore {
 }
 
 impl Object for Panicky {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
+    forward_object!(inner: name, len, set_len, sync);
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         if self.on.load(Ordering::Relaxed) {
             panic!("read of {offset} exploded");
@@ -56,9 +49,6 @@ impl Object for Panicky {
             panic!("write of {offset} exploded");
         }
         self.inner.write_at(buf, offset)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.inner.sync()
     }
 }
 
@@ -186,39 +176,15 @@ struct Impatient {
     forgetful: bool,
 }
 
-struct ImpatientStore {
-    mem: MemoryStore,
-    forgetful: bool,
-}
-
-impl Store for ImpatientStore {
-    fn open(&self, object: &str, o: OpenOptions) -> ucache::Result<Arc<dyn Object>> {
-        Ok(Arc::new(Impatient {
-            inner: self.mem.open(object, o)?,
-            forgetful: self.forgetful,
-        }))
-    }
+/// A store of `mem`'s objects, each answered by an [`Impatient`].
+fn impatient(mem: MemoryStore, forgetful: bool) -> Arc<dyn Store> {
+    Arc::new(WrapStore::new(Arc::new(mem), move |inner| {
+        Arc::new(Impatient { inner, forgetful })
+    }))
 }
 
 impl Object for Impatient {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.inner.write_at(buf, offset)
-    }
-    fn sync(&self) -> io::Result<()> {
-        self.inner.sync()
-    }
+    forward_object!(inner: name, len, set_len, read_at, write_at, sync);
     fn read_stream<'a>(
         &self,
         _depth: usize,
@@ -245,8 +211,7 @@ fn a_stream_ended_early_leaves_no_claim_behind() {
             let (mem, _, _) = setup(64);
             let c = cache();
             let o = MapOptions::new().transparent(transparent).readahead(false);
-            let store = ImpatientStore { mem, forgetful };
-            let m = c.map(Arc::new(store), "o", o).unwrap();
+            let m = c.map(impatient(mem, forgetful), "o", o).unwrap();
             // Scattered runs, so the stream has many requests to leave behind.
             let want: Vec<u64> = (0..32).map(|k| k * 2).collect();
             m.prefetch_buffers(&want).unwrap();
@@ -264,11 +229,7 @@ fn pin_each_over_a_store_that_drops_a_request_leaves_no_claim() {
     within("a buffer was left claimed", || {
         let (mem, _, _) = setup(8);
         let c = cache();
-        let store = ImpatientStore {
-            mem,
-            forgetful: true,
-        };
-        let m = c.map(Arc::new(store), "o", MapOptions::new()).unwrap();
+        let m = c.map(impatient(mem, true), "o", MapOptions::new()).unwrap();
         let mut visited = Vec::new();
         let r = m.pin_each([0u64, 2], 4, |i, _| visited.push(i));
         assert!(

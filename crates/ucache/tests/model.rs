@@ -14,16 +14,20 @@ const ITERATIONS: usize = 3000;
 
 /// A cache that holds one buffer at a time, over `n` buffers whose first byte is their index.
 fn setup(n: usize) -> (MemoryStore, Cache, Arc<ucache::Mapping>) {
+    mapped(n, 1, MapOptions::new().writable(true))
+}
+
+/// A cache of `budget` buffers evicting one at a time, and a mapping with `options` of `n`
+/// buffers whose first byte is their index.
+fn mapped(
+    n: usize,
+    budget: usize,
+    options: MapOptions,
+) -> (MemoryStore, Cache, Arc<ucache::Mapping>) {
     let store = MemoryStore::new();
     store.insert("o", (0..n * BS).map(|i| (i / BS) as u8).collect());
-    let cache = Cache::new(CacheOptions::new(BS as u64).batch(1)).unwrap();
-    let m = cache
-        .map(
-            Arc::new(store.clone()),
-            "o",
-            MapOptions::new().writable(true),
-        )
-        .unwrap();
+    let cache = Cache::new(CacheOptions::new((budget * BS) as u64).batch(1)).unwrap();
+    let m = cache.map(Arc::new(store.clone()), "o", options).unwrap();
     (store, cache, Arc::new(m))
 }
 
@@ -162,23 +166,12 @@ fn set_aside_restore_and_evict_race_safely() {
     static RESTORED: AtomicU64 = AtomicU64::new(0);
     const N: u64 = 9;
     check(|| {
-        let store = MemoryStore::new();
-        store.insert("o", (0..N as usize * BS).map(|i| (i / BS) as u8).collect());
-        let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).unwrap();
-        let m = Arc::new(
-            cache
-                .map(
-                    Arc::new(store),
-                    "o",
-                    // No readahead: its loads run on the IO worker, a thread shuttle does
-                    // not control.
-                    MapOptions::new()
-                        .transparent(true)
-                        .track_access(true)
-                        .readahead(false),
-                )
-                .unwrap(),
-        );
+        // No readahead: its loads run on the IO worker, a thread shuttle does not control.
+        let options = MapOptions::new()
+            .transparent(true)
+            .track_access(true)
+            .readahead(false);
+        let (_, cache, m) = mapped(N as usize, 8, options);
         for i in 0..N {
             drop(m.pin_shared(i).unwrap());
         }
@@ -342,4 +335,221 @@ fn a_failed_load_with_waiters_strands_nothing() {
         assert_eq!(cache.used(), m.resident() * BS as u64);
         assert_eq!(m.pin_shared(1).unwrap()[0], 1);
     });
+}
+
+/// A store into a transparent mapping, as the hardware runs it: the kernel writes the byte
+/// (`process_vm_writev` into this process honours the write protection and the missing pages
+/// as a user store does, but fails with `EFAULT` instead of raising a signal), and each time it
+/// cannot, the fault is served as the `SIGBUS` handler would serve it and the store runs again.
+fn store_byte(m: &ucache::Mapping, offset: usize, value: u8) {
+    loop {
+        let byte = [value];
+        let local = libc::iovec {
+            iov_base: byte.as_ptr() as *mut libc::c_void,
+            iov_len: 1,
+        };
+        let remote = libc::iovec {
+            // SAFETY (of the address): inside the mapping, which outlives this call.
+            iov_base: unsafe { m.as_mut_ptr().add(offset) } as *mut libc::c_void,
+            iov_len: 1,
+        };
+        // SAFETY: one byte from a live local buffer to an address of this process; the kernel
+        // checks the destination's permissions and reports EFAULT rather than faulting.
+        let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+        if n == 1 {
+            return;
+        }
+        let err = std::io::Error::last_os_error();
+        assert_eq!(
+            err.raw_os_error(),
+            Some(libc::EFAULT),
+            "process_vm_writev: {err}"
+        );
+        m.model_fault(offset, true).unwrap();
+        thread::yield_now();
+    }
+}
+
+/// Write-protect faults (issue 23, item 9): first stores to clean buffers of a transparent
+/// mapping race a thread that pins one of them exclusively and lets go clean, and a reader
+/// whose misses evict them (the budget holds two of three buffers). The fault must leave the
+/// buffer dirty whenever the store can land, so no store is lost: once the threads are done,
+/// an eviction of everything writes both stores to the store.
+#[test]
+fn write_protect_faults_racing_a_clean_exclusive_unpin_and_eviction_lose_no_store() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    static WRITE_FAULTS: AtomicU64 = AtomicU64::new(0);
+    static MISSES_WHILE_STORING: AtomicU64 = AtomicU64::new(0);
+    check(|| {
+        // No readahead: its loads run on the IO worker, a thread shuttle does not control.
+        let options = MapOptions::new()
+            .transparent(true)
+            .writable(true)
+            .readahead(false);
+        let (store, cache, m) = mapped(3, 2, options);
+        // Resident and clean, so the first store takes a write-protect fault.
+        drop(m.pin_shared(0).unwrap());
+        drop(m.pin_shared(1).unwrap());
+        let writer = {
+            let m = m.clone();
+            thread::spawn(move || {
+                store_byte(&m, 8, 0xA0);
+                store_byte(&m, BS + 8, 0xA1);
+            })
+        };
+        let pinner = {
+            let m = m.clone();
+            thread::spawn(move || {
+                let g = m.pin_exclusive(0).unwrap();
+                assert_eq!(g[0], 0);
+                drop(g);
+            })
+        };
+        let reader = {
+            let m = m.clone();
+            thread::spawn(move || assert_eq!(m.pin_shared(2).unwrap()[0], 2))
+        };
+        for t in [writer, pinner, reader] {
+            t.join().unwrap();
+        }
+        let st = cache.stats();
+        WRITE_FAULTS.fetch_add(st.write_faults, Relaxed);
+        // A fault that was no write-protect fault: a store found its buffer evicted.
+        MISSES_WHILE_STORING.fetch_add(st.faults.saturating_sub(st.write_faults), Relaxed);
+        assert!(cache.used() <= cache.budget());
+        m.evict(0, m.len()).unwrap();
+        let got = store.get("o").unwrap();
+        assert_eq!((got[8], got[BS + 8]), (0xA0, 0xA1), "a store was lost");
+        assert_eq!((got[0], got[BS]), (0, 1));
+    });
+    assert!(
+        WRITE_FAULTS.load(Relaxed) > 0 && MISSES_WHILE_STORING.load(Relaxed) > 0,
+        "the schedules reached write-protect faults and stores whose buffer had been evicted"
+    );
+}
+
+/// The background evictor (issue 23, item 9): its eviction rounds race two writers and a
+/// reader whose misses need the memory (budget: two of four buffers). Every write survives,
+/// every pin sees its own buffer, and the budget's accounting matches what is resident.
+#[test]
+fn background_eviction_rounds_race_writers_and_misses() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    static FREED: AtomicU64 = AtomicU64::new(0);
+    check(|| {
+        let (store, cache, m) = mapped(4, 2, MapOptions::new().writable(true));
+        let writers: Vec<_> = (0..2u64)
+            .map(|i| {
+                let m = m.clone();
+                thread::spawn(move || {
+                    for _ in 0..2 {
+                        let mut g = m.pin_exclusive(i).unwrap();
+                        assert_eq!(g[0], i as u8, "buffer {i}");
+                        g[1] += 1;
+                    }
+                })
+            })
+            .collect();
+        let reader = {
+            let m = m.clone();
+            thread::spawn(move || {
+                for i in [2u64, 3] {
+                    let g = m.pin_shared(i).unwrap();
+                    assert_eq!((g[0], g[BS - 1]), (i as u8, i as u8));
+                }
+            })
+        };
+        let evictor = {
+            let cache = cache.clone();
+            thread::spawn(move || {
+                for _ in 0..3 {
+                    // Keep a whole buffer free, as the evictor keeps its batches.
+                    FREED.fetch_add(cache.model_evict_ahead(BS as u64), Relaxed);
+                    thread::yield_now();
+                }
+            })
+        };
+        writers.into_iter().for_each(|t| t.join().unwrap());
+        reader.join().unwrap();
+        evictor.join().unwrap();
+        assert!(cache.used() <= cache.budget());
+        assert_eq!(cache.used(), m.resident() * BS as u64);
+        m.evict(0, m.len()).unwrap();
+        let got = store.get("o").unwrap();
+        assert_eq!((got[1], got[BS + 1]), (2, 3), "a write was lost");
+    });
+    assert!(
+        FREED.load(Relaxed) > 0,
+        "the evictor's rounds freed buffers"
+    );
+}
+
+/// `unmap` racing pins (issue 23, item 9): one mapping is unmapped with a dirty buffer while a
+/// second mapping of the same cache misses (its evictions may pick the first's buffers) and a
+/// third thread pins the first through the cache's address calls. Those calls either work on
+/// the live mapping or fail cleanly once it is gone; unmap writes the dirty buffer; and in
+/// the end the cache charges only what the second mapping holds.
+#[test]
+fn unmap_racing_pins_and_evictions_strands_nothing() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    static LIVE: AtomicU64 = AtomicU64::new(0);
+    static GONE: AtomicU64 = AtomicU64::new(0);
+    check(|| {
+        let store = MemoryStore::new();
+        store.insert("a", (0..2 * BS).map(|i| (i / BS) as u8).collect());
+        store.insert("b", (0..2 * BS).map(|i| 10 + (i / BS) as u8).collect());
+        let cache = Cache::new(CacheOptions::new(2 * BS as u64).batch(1)).unwrap();
+        let a = cache
+            .map(
+                Arc::new(store.clone()),
+                "a",
+                MapOptions::new().writable(true),
+            )
+            .unwrap();
+        let b = Arc::new(
+            cache
+                .map(Arc::new(store.clone()), "b", MapOptions::new())
+                .unwrap(),
+        );
+        a.pin_exclusive(0).unwrap()[1] = 0xEE;
+        let a_addr = a.as_ptr() as usize;
+        let unmapper = thread::spawn(move || a.unmap().map_err(|e| e.error).unwrap());
+        let other = {
+            let b = b.clone();
+            thread::spawn(move || {
+                for i in [0u64, 1] {
+                    assert_eq!(b.pin_shared(i).unwrap()[0], 10 + i as u8);
+                }
+            })
+        };
+        let by_address = {
+            let cache = cache.clone();
+            thread::spawn(move || {
+                let p = (a_addr + BS) as *const u8;
+                // The mapping may be gone already: then the address is refused.
+                match cache.ensure_cached(p, 1) {
+                    Ok(()) => LIVE.fetch_add(1, Relaxed),
+                    Err(ucache::Error::OutOfRange(_)) => GONE.fetch_add(1, Relaxed),
+                    Err(e) => panic!("ensure_cached racing unmap: {e}"),
+                };
+                let _ = cache.evict(p, 1);
+            })
+        };
+        for t in [unmapper, other, by_address] {
+            t.join().unwrap();
+        }
+        assert_eq!(
+            store.get("a").unwrap()[1],
+            0xEE,
+            "unmap lost the dirty buffer"
+        );
+        assert_eq!(
+            cache.used(),
+            b.resident() * BS as u64,
+            "budget left charged to the unmapped mapping"
+        );
+    });
+    assert!(
+        LIVE.load(Relaxed) > 0 && GONE.load(Relaxed) > 0,
+        "the schedules reached address calls before and after the unmap"
+    );
 }

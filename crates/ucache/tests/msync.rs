@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 use ucache::store::{FaultStore, MemoryStore, Object, OpenOptions, Store};
 use ucache::{Cache, CacheOptions, Error, MapOptions};
 
+mod common;
+use common::store::forward_object;
+
 const BS: usize = 4096;
 
 fn store_with(name: &str, len: usize) -> MemoryStore {
@@ -209,18 +212,7 @@ impl Store for HookStore {
 }
 
 impl Object for HookObject {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.inner.read_at(buf, offset)
-    }
+    forward_object!(inner: name, len, set_len, read_at);
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         if self.store.fail_writes.load(Ordering::SeqCst) {
             return Err(io::Error::other("disk gone"));

@@ -61,6 +61,7 @@ fn a_miss_that_must_make_room_counts_the_eviction_in_its_latency() {
             m.pin_exclusive(i).unwrap().mark_dirty();
         }
         store.config().write_latency_us.store(100_000, Relaxed);
+        store.config().reset_counters();
         let before = cache.stats();
         drop(m.pin_shared(8).unwrap());
         let after = cache.stats();
@@ -69,10 +70,21 @@ fn a_miss_that_must_make_room_counts_the_eviction_in_its_latency() {
             *d -= b;
         }
         assert_eq!(after.misses - before.misses, 1);
+        // The write-back (and its injected delay) happened inside the miss: counted, not timed.
+        assert_eq!(
+            store.config().delays(),
+            1,
+            "one write-back batch, delayed once"
+        );
+        let delayed = Duration::from_micros(store.config().delayed_us());
+        // What is checked is which events the sample covers: it must include the delay the
+        // store counted during the miss. A one-sided bound that a slow machine cannot break
+        // (a sleep lasts at least as long as asked; slowness only adds); the bug it guards
+        // (the clock started after the eviction) gave a sample of microseconds.
         let took = delta.miss_latency_quantile(1.0).expect("one sample");
         assert!(
-            took >= Duration::from_millis(100),
-            "the miss waited for a 100 ms write-back, its sample says under {took:?}"
+            took >= delayed,
+            "the miss waited for a {delayed:?} write-back, its sample says under {took:?}"
         );
     });
 }

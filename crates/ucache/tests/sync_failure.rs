@@ -46,7 +46,7 @@ fn durable(mem: &MemoryStore, i: u64) -> u8 {
 /// returned Ok with the store still holding the old bytes.
 #[test]
 fn a_failed_sync_leaves_what_msync_wrote_dirty_and_a_retry_makes_it_durable() {
-    for transparent in [false, true] {
+    for &transparent in common::transparent_modes() {
         let (store, mem) = lossy(8);
         let cfg = store.config().clone();
         let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(4)).unwrap();

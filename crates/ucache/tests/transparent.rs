@@ -1,21 +1,16 @@
 //! Transparent mappings: plain loads and stores, misses served through userfaultfd on the
 //! faulting thread (issue 3).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use ucache::store::MemoryStore;
 use ucache::{Cache, CacheOptions, MapOptions};
 
 mod common;
+use common::words;
 
 const BS: usize = 4096;
-
-fn words(m: &ucache::Mapping) -> &[AtomicU64] {
-    // SAFETY: the mapping's memory is valid for its length while `m` lives, and atomics are
-    // the sound way to let several threads load and store it at once (plain movs on x86-64).
-    unsafe { std::slice::from_raw_parts(m.as_ptr() as *const AtomicU64, m.len() as usize / 8) }
-}
 
 fn pattern(n_buffers: usize) -> Vec<u8> {
     let mut v = vec![0u8; n_buffers * BS];
@@ -116,14 +111,7 @@ fn plain_stores_are_written_back_and_survive_eviction() {
     let n = 128;
     let store = MemoryStore::new();
     store.insert("t", pattern(n));
-    let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(2)).unwrap();
-    let m = cache
-        .map(
-            Arc::new(store.clone()),
-            "t",
-            MapOptions::new().transparent(true).writable(true),
-        )
-        .unwrap();
+    let (cache, m) = common::writable_transparent(&store, 8, 2);
     let w = words(&m);
     // Write every other buffer, reading the first word first so that half of the writes find
     // the buffer clean and write-protected and the other half miss; the budget forces them
@@ -174,14 +162,7 @@ fn plain_stores_are_written_back_and_survive_eviction() {
 fn stores_racing_explicit_eviction_are_never_lost() {
     let store = MemoryStore::new();
     store.insert("t", vec![0u8; 4 * BS]);
-    let cache = Cache::new(CacheOptions::new(4 * BS as u64).batch(1)).unwrap();
-    let m = cache
-        .map(
-            Arc::new(store.clone()),
-            "t",
-            MapOptions::new().transparent(true).writable(true),
-        )
-        .unwrap();
+    let (cache, m) = common::writable_transparent(&store, 4, 1);
     let w = words(&m);
     let stop = std::sync::atomic::AtomicBool::new(false);
     let mut n = 0u64;

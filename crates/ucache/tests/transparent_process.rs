@@ -11,6 +11,8 @@ use std::sync::Arc;
 use ucache::store::{FaultStore, FileStore, MemoryStore};
 use ucache::{Cache, CacheOptions, FaultAction, FaultHandling, MapOptions};
 
+mod common;
+
 const BS: usize = 4096;
 const CHILD: &str = "UCACHE_TRANSPARENT_CHILD";
 
@@ -398,14 +400,7 @@ fn c_code_reads_and_writes_a_transparent_mapping() {
         .expect("a C compiler (cc) is needed for this test");
     assert!(st.success());
     let store = filled_store(64);
-    let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(2)).unwrap();
-    let m = cache
-        .map(
-            Arc::new(store.clone()),
-            "t",
-            MapOptions::new().transparent(true).writable(true),
-        )
-        .unwrap();
+    let (cache, m) = common::writable_transparent(&store, 8, 2);
     let f = load_sum_and_fill(&lib);
     let len = m.len() as usize;
     let want: u64 = (0..len).map(|k| (k % 251) as u64).sum();

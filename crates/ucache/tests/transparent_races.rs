@@ -12,6 +12,9 @@ use ucache::state::Phase;
 use ucache::store::MemoryStore;
 use ucache::{Cache, CacheOptions, MapOptions};
 
+mod common;
+use common::words;
+
 const BS: usize = 4096;
 const CHILD: &str = "UCACHE_RACES_CHILD";
 
@@ -27,11 +30,6 @@ fn mode() -> Option<String> {
     std::env::var(CHILD).ok()
 }
 
-fn words(m: &ucache::Mapping) -> &[AtomicU64] {
-    // SAFETY: the mapping's memory is valid for its length while `m` lives.
-    unsafe { std::slice::from_raw_parts(m.as_ptr() as *const AtomicU64, m.len() as usize / 8) }
-}
-
 /// A plain store whose write-protect fault finds the buffer pinned exclusively by another
 /// thread (one that only reads under its pin) waits for the pin. Before, it lifted the
 /// protection itself: when the pin was dropped clean in between, the buffer ended up clean and
@@ -40,14 +38,7 @@ fn words(m: &ucache::Mapping) -> &[AtomicU64] {
 fn store_racing_a_clean_exclusive_unpin_is_not_lost() {
     let store = MemoryStore::new();
     store.insert("t", vec![0u8; 4 * BS]);
-    let cache = Cache::new(CacheOptions::new(64 * BS as u64).batch(1)).unwrap();
-    let m = cache
-        .map(
-            Arc::new(store.clone()),
-            "t",
-            MapOptions::new().transparent(true).writable(true),
-        )
-        .unwrap();
+    let (_cache, m) = common::writable_transparent(&store, 64, 1);
     let w = words(&m);
     let stop = AtomicBool::new(false);
     let mut lost = None;
@@ -135,14 +126,14 @@ fn map_racing_unmap_of_a_reused_range_is_served() {
                 });
             }
             // Watchdog: a fault served by the wrong mapping spins forever. Each map takes
-            // microseconds, so a minute without one is a hang, not a slow machine.
+            // microseconds, so `HANG` without one is a hang, not a slow machine.
             let (mut last, mut since) = (0, Instant::now());
             while finished.load(Ordering::Relaxed) < nt {
                 std::thread::sleep(Duration::from_millis(100));
                 let p = progress.load(Ordering::Relaxed);
                 if p != last {
                     (last, since) = (p, Instant::now());
-                } else if since.elapsed() > Duration::from_secs(60) {
+                } else if since.elapsed() > common::HANG {
                     println!("HANG after {p} maps");
                     std::process::exit(3);
                 }
@@ -151,15 +142,7 @@ fn map_racing_unmap_of_a_reused_range_is_served() {
         println!("DONE {} maps", progress.load(Ordering::Relaxed));
         std::process::exit(0);
     }
-    let out = child("map_racing_unmap_of_a_reused_range_is_served", "maps");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("DONE"),
-        "child ended with {:?} (signal {:?}): {}",
-        out.status,
-        out.status.signal(),
-        report_lines(&stdout)
-    );
+    assert_child_done("map_racing_unmap_of_a_reused_range_is_served", "maps");
 }
 
 /// Two threads map at once. Each registration must claim its registry slot before writing its
@@ -218,17 +201,9 @@ fn concurrent_maps_without_address_reuse_register_the_right_ranges() {
         println!("DONE {} rounds", rounds.load(Ordering::Relaxed));
         std::process::exit(0);
     }
-    let out = child(
+    assert_child_done(
         "concurrent_maps_without_address_reuse_register_the_right_ranges",
         "noreuse",
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("DONE"),
-        "child ended with {:?} (signal {:?}): {}",
-        out.status,
-        out.status.signal(),
-        report_lines(&stdout)
     );
 }
 
@@ -265,12 +240,22 @@ fn watchdog(secs: u64) {
     });
 }
 
-fn report_lines(stdout: &str) -> String {
-    stdout
-        .lines()
-        .filter(|l| l.contains("HANG") || l.contains("DONE") || l.contains("UNSERVED"))
-        .collect::<Vec<_>>()
-        .join(" ")
+/// Runs test `name` as a child in `mode` and asserts that it exited cleanly after printing
+/// `DONE`; the failure quotes its report lines.
+fn assert_child_done(name: &str, mode: &str) {
+    let out = child(name, mode);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("DONE"),
+        "child ended with {:?} (signal {:?}): {}",
+        out.status,
+        out.status.signal(),
+        stdout
+            .lines()
+            .filter(|l| !l.starts_with("running") && !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
 }
 
 /// A transparent mapping of four buffers of 7s, without readahead, whose first buffer has
@@ -312,21 +297,9 @@ fn a_sent_sigbus_does_not_uninstall_the_fault_handler() {
         println!("DONE second miss served");
         std::process::exit(0);
     }
-    let out = child(
+    assert_child_done(
         "a_sent_sigbus_does_not_uninstall_the_fault_handler",
         "sigign",
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("DONE"),
-        "child ended with {:?} (signal {:?}): {}",
-        out.status,
-        out.status.signal(),
-        stdout
-            .lines()
-            .filter(|l| !l.starts_with("running") && !l.is_empty())
-            .collect::<Vec<_>>()
-            .join(" | ")
     );
 }
 
@@ -384,7 +357,7 @@ fn exclusive_guards_write_with_handler_threads() {
             }
             tx.send(()).unwrap();
         });
-        rx.recv_timeout(Duration::from_secs(300))
+        rx.recv_timeout(common::HANG)
             .expect("a write through the guard waited on its own pin");
     });
     assert_eq!(store.get("t").unwrap()[BS + 5], 4);

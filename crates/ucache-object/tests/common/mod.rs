@@ -154,3 +154,72 @@ impl Drop for OwnServer {
         self.stop();
     }
 }
+
+/// Buffer (and chunk) size of the outage tests.
+pub const OUTAGE_BS: usize = 16 << 10;
+
+/// The set-up every outage test shares: a server of the test's own, a chunked store on it
+/// whose client gives up quickly (one retry), a read-write mapping of `len` buffers over a
+/// fresh key, and its first `dirty` buffers written from `want` and left dirty. Fields drop in
+/// order: the mapping, then the cache, then the server.
+pub struct Outage {
+    pub mapping: ucache::Mapping,
+    pub cache: ucache::Cache,
+    /// What the first `dirty` buffers hold.
+    pub want: Vec<u8>,
+    pub prefix: String,
+    pub server: OwnServer,
+}
+
+impl Outage {
+    /// `None` (the test skips) where S3 tests do not run.
+    pub fn start(
+        test: &str,
+        cache: ucache::CacheOptions,
+        len: u64,
+        dirty: u64,
+        seed: u64,
+    ) -> Option<Outage> {
+        // The shared server only tells us whether S3 tests are to run; this one starts its own.
+        endpoint(test)?;
+        let server = OwnServer::start();
+        let prefix = unique(test);
+        let want = data(dirty as usize * OUTAGE_BS, seed);
+        let cache = ucache::Cache::new(cache).unwrap();
+        let mapping = cache
+            .map(
+                Arc::new(Self::store(&server.endpoint)),
+                &prefix,
+                ucache::MapOptions::new()
+                    .buffer_size(OUTAGE_BS)
+                    .writable(true)
+                    .create(true)
+                    .len(len * OUTAGE_BS as u64),
+            )
+            .unwrap();
+        for (i, bytes) in want.chunks(OUTAGE_BS).enumerate() {
+            mapping
+                .pin_exclusive(i as u64)
+                .unwrap()
+                .copy_from_slice(bytes);
+        }
+        Some(Outage {
+            mapping,
+            cache,
+            want,
+            prefix,
+            server,
+        })
+    }
+
+    /// A fresh chunked store on `endpoint` (the test's server), configured as the mapping's is.
+    pub fn store(endpoint: &str) -> ucache_object::S3Store {
+        let cfg = config(endpoint, "")
+            .retries(1, std::time::Duration::from_secs(2))
+            .timeouts(
+                std::time::Duration::from_secs(30),
+                std::time::Duration::from_secs(5),
+            );
+        ucache_object::S3Store::chunked(cfg, OUTAGE_BS as u64).unwrap()
+    }
+}

@@ -8,6 +8,9 @@ use crate::error::{Error, Result};
 use crate::guard::{ExclusiveGuard, OptimisticView, SharedGuard};
 use crate::state::{Phase, Word};
 
+#[cfg(feature = "shuttle")]
+mod model;
+
 /// A mapped object. Dropping it writes back and releases everything, like [`Mapping::unmap`]
 /// but without a way to report failure: call `unmap` to learn of it.
 pub struct Mapping {

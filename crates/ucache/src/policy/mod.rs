@@ -28,6 +28,7 @@ mod counter_clock;
 mod exact_lfu;
 mod fallback;
 mod fifo;
+mod forward;
 mod get_scan;
 mod global;
 mod guarded;

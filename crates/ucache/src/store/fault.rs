@@ -63,6 +63,8 @@ pub struct FaultConfig {
     reads: AtomicU64,
     writes: AtomicU64,
     syncs: AtomicU64,
+    delays: AtomicU64,
+    delayed_us: AtomicU64,
 }
 
 impl FaultConfig {
@@ -90,10 +92,25 @@ impl FaultConfig {
         self.syncs.load(Relaxed)
     }
 
+    /// Latency delays applied so far (one per read or write call, or per batch, that found its
+    /// latency non-zero). Tests check that latency was injected through this, never through a
+    /// clock: a sleep's length is up to the scheduler.
+    pub fn delays(&self) -> u64 {
+        self.delays.load(Relaxed)
+    }
+
+    /// The total of the delays applied so far, in microseconds, as requested (the time
+    /// actually slept may be longer).
+    pub fn delayed_us(&self) -> u64 {
+        self.delayed_us.load(Relaxed)
+    }
+
     pub fn reset_counters(&self) {
         self.reads.store(0, Relaxed);
         self.writes.store(0, Relaxed);
         self.syncs.store(0, Relaxed);
+        self.delays.store(0, Relaxed);
+        self.delayed_us.store(0, Relaxed);
     }
 
     /// Counts one read and decides its fault.
@@ -116,18 +133,21 @@ impl FaultConfig {
     }
 
     fn read_delay(&self) {
-        delay(&self.read_latency_us);
+        self.delay(&self.read_latency_us);
     }
 
     fn write_delay(&self) {
-        delay(&self.write_latency_us);
+        self.delay(&self.write_latency_us);
     }
-}
 
-fn delay(us: &AtomicU64) {
-    let us = us.load(Relaxed);
-    if us > 0 {
-        std::thread::sleep(Duration::from_micros(us));
+    /// Sleeps for the latency in `us`, if any, and counts it.
+    fn delay(&self, us: &AtomicU64) {
+        let us = us.load(Relaxed);
+        if us > 0 {
+            self.delays.fetch_add(1, Relaxed);
+            self.delayed_us.fetch_add(us, Relaxed);
+            std::thread::sleep(Duration::from_micros(us));
+        }
     }
 }
 
@@ -563,10 +583,28 @@ mod tests {
     #[test]
     fn latency_is_applied() {
         let (store, obj, _) = setup();
-        store.config().read_latency_us.store(20_000, Relaxed);
-        let start = std::time::Instant::now();
         obj.read_at(&mut [0u8; 16], 0).unwrap();
-        assert!(start.elapsed() >= Duration::from_millis(20));
+        assert_eq!(store.config().delays(), 0, "no latency set, no delay");
+        store.config().read_latency_us.store(2_000, Relaxed);
+        obj.read_at(&mut [0u8; 16], 0).unwrap();
+        assert_eq!(store.config().delays(), 1);
+        assert_eq!(store.config().delayed_us(), 2_000);
+        obj.write_at(&[0u8; 16], 0).unwrap();
+        assert_eq!(store.config().delays(), 1, "write latency is separate");
+        store.config().write_latency_us.store(500, Relaxed);
+        obj.write_at(&[0u8; 16], 0).unwrap();
+        let mut buf = vec![0u8; 8192];
+        let mut reqs = batch(&mut buf);
+        let mut out = Vec::new();
+        obj.read_batch(&mut reqs, &mut out);
+        assert_eq!(
+            store.config().delays(),
+            3,
+            "one delay per batch, not per element"
+        );
+        assert_eq!(store.config().delayed_us(), 2_000 + 500 + 2_000);
+        store.config().reset_counters();
+        assert_eq!(store.config().delayed_us(), 0);
     }
 
     /// A wrapped store that answers only the first request of a batch.

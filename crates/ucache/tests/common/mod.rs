@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use ucache::store::MemoryStore;
 
+pub mod store;
+
 /// How long a test may go without finishing what it waits for before it is called hung. Far
 /// above any plausible run (under valgrind, on a loaded 2-core machine): a watchdog catches
 /// hangs, it never times the code (docs/reliability.md, "tests never flake").
@@ -30,22 +32,43 @@ pub fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'sta
 }
 
 /// Polls `done` every millisecond until it holds, failing the test (naming `what`, with
-/// `detail`'s report) if it still does not after [`HANG`].
+/// `detail`'s report) if it still does not after [`HANG`]'s worth of polls. No clock is read:
+/// each poll sleeps at least a millisecond, so the polls last at least [`HANG`] (longer on a
+/// loaded machine, which only makes the watchdog more patient).
 #[allow(dead_code)] // not every test binary that shares this module uses it
 pub fn until<D: std::fmt::Debug>(
     what: &str,
     mut done: impl FnMut() -> bool,
     detail: impl Fn() -> D,
 ) {
-    let start = std::time::Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < HANG,
-            "timed out waiting for {what}: {:?}",
-            detail()
-        );
-        std::thread::sleep(Duration::from_millis(1));
+    const POLL: Duration = Duration::from_millis(1);
+    for _ in 0..HANG.as_millis() / POLL.as_millis() {
+        if done() {
+            return;
+        }
+        std::thread::sleep(POLL);
     }
+    assert!(done(), "timed out waiting for {what}: {:?}", detail());
+}
+
+/// The access modes a test that runs in both should cover: explicit (`false`) and transparent
+/// (`true`), or explicit alone under ThreadSanitizer (`UCACHE_TSAN=1`, set by scripts/tsan.sh).
+/// TSan cannot see the ordering the kernel's write protection gives a transparent mapping's
+/// plain stores and the write-back that reads them, so it reports that pair as a race.
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn transparent_modes() -> &'static [bool] {
+    if under_tsan() {
+        &[false]
+    } else {
+        &[false, true]
+    }
+}
+
+/// Whether the tests run under ThreadSanitizer (see [`transparent_modes`]): transparent-only
+/// tests return early then.
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn under_tsan() -> bool {
+    std::env::var_os("UCACHE_TSAN").is_some_and(|v| v == "1")
 }
 
 /// A store holding object `name` of `buffers` 4 KiB buffers, every byte of buffer `i` holding
@@ -70,6 +93,39 @@ pub fn tracked() -> ucache::MapOptions {
         .transparent(true)
         .track_access(true)
         .readahead(false)
+}
+
+/// A cache of `budget` buffers of 4 KiB that evicts `batch` at a time, and a writable
+/// transparent mapping of `store`'s object `t` in it.
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn writable_transparent(
+    store: &MemoryStore,
+    budget: usize,
+    batch: usize,
+) -> (ucache::Cache, ucache::Mapping) {
+    let cache =
+        ucache::Cache::new(ucache::CacheOptions::new((budget * 4096) as u64).batch(batch)).unwrap();
+    let m = cache
+        .map(
+            Arc::new(store.clone()),
+            "t",
+            ucache::MapOptions::new().transparent(true).writable(true),
+        )
+        .unwrap();
+    (cache, m)
+}
+
+/// A transparent mapping's memory as 64-bit words, for plain loads and stores from several
+/// threads at once (atomics are the sound way to share them; plain movs on x86-64).
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn words(m: &ucache::Mapping) -> &[std::sync::atomic::AtomicU64] {
+    // SAFETY: the mapping's memory is valid for its length while `m` lives.
+    unsafe {
+        std::slice::from_raw_parts(
+            m.as_ptr() as *const std::sync::atomic::AtomicU64,
+            m.len() as usize / 8,
+        )
+    }
 }
 
 /// Buffer `i`'s phase now.

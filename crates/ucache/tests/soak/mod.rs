@@ -46,6 +46,12 @@ use rand::{Rng, SeedableRng};
 use ucache::store::{FaultConfig, FaultStore, IoBuf, Object, OpenOptions, Store};
 use ucache::{Cache, CacheOptions, Error, MapOptions, Mapping};
 
+// By path, so that `ucache-object`'s soak, which includes this file, shares it too.
+#[path = "../common/mod.rs"]
+mod common;
+use common::store::forward_object;
+use common::{within, HANG};
+
 /// Buffer size.
 pub const BS: usize = 4096;
 /// Buffers mapped.
@@ -56,9 +62,6 @@ pub const BUDGET: u64 = 32;
 pub const WRITERS: u64 = 8;
 /// Cycles per local store when the environment asks for none.
 pub const DEFAULT_CYCLES: u64 = 40;
-/// How long a watchdog waits before it calls the child or the check hung: minutes, far above
-/// any plausible run (tests/common/mod.rs, `HANG`).
-pub const HANG: Duration = Duration::from_secs(300);
 
 const CHILD_ENV: &str = "UCACHE_SOAK_CHILD";
 const MAGIC: &[u8; 8] = b"UCSOAK01";
@@ -438,20 +441,6 @@ fn kill_name(k: Kill) -> &'static str {
     }
 }
 
-/// Runs `f` on a thread and fails the test if it has not finished within [`HANG`].
-fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-        let _ = tx.send(r);
-    });
-    match rx.recv_timeout(HANG) {
-        Ok(Ok(v)) => v,
-        Ok(Err(p)) => std::panic::resume_unwind(p),
-        Err(_) => panic!("{what}: hung for {HANG:?}"),
-    }
-}
-
 /// The highest acknowledged version of each buffer. Lines are `buffer version\n`; a last line
 /// the kill cut short is ignored (its msync was acknowledged, but the parent cannot know it)
 /// and cut off the file, so that the next child's first line does not continue it.
@@ -793,15 +782,7 @@ impl Store for KillStore {
 }
 
 impl Object for KillObject {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn len(&self) -> io::Result<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
-    }
+    forward_object!(inner: name, len, set_len);
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let r = self.inner.read_at(buf, offset);
         self.store.fault(&r);

@@ -2,11 +2,11 @@
 //!
 //! Every [`Policy`] hook is forwarded to the wrapped policy except the two prefetch hooks,
 //! which the prefetcher answers (together with the policy's own prefetching, if it has any).
-//! A hook added to `Policy` later must be forwarded here too, or the wrapper would silently
-//! fall back to its default and disable that hook for every wrapped policy; a test reads the
-//! trait's source and fails until it is.
+//! The forwarded hooks are spelled once, in `policy/forward.rs`, whose test fails until a hook
+//! added to `Policy` later is forwarded here or answered here.
 
-use super::super::{Buffers, Layout, Policy};
+use super::super::forward::{forward_policy_hooks, Wraps};
+use super::super::{Layout, Policy};
 use super::Prefetcher;
 
 pub struct WithPrefetch<P, F> {
@@ -36,7 +36,31 @@ impl<P: Policy, F: Prefetcher> WithPrefetch<P, F> {
     }
 }
 
+impl<P, F> Wraps for WithPrefetch<P, F>
+where
+    P: Policy,
+{
+    type Inner = P;
+    fn wrapped(&self) -> &P {
+        &self.policy
+    }
+    fn wrapped_mut(&mut self) -> &mut P {
+        &mut self.policy
+    }
+}
+
 impl<P: Policy, F: Prefetcher> Policy for WithPrefetch<P, F> {
+    forward_policy_hooks!(
+        choose_eviction_buffers,
+        is_evictable,
+        admit,
+        wants_hits,
+        on_miss,
+        on_hit,
+        on_insert,
+        on_evict,
+    );
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -45,14 +69,6 @@ impl<P: Policy, F: Prefetcher> Policy for WithPrefetch<P, F> {
         self.policy.attach(layout);
         self.prefetcher.attach(layout);
         self.policy_prefetches = self.policy.has_prefetching();
-    }
-
-    fn choose_eviction_buffers(&self, buffers: &Buffers<'_>, want: usize, out: &mut Vec<u64>) {
-        self.policy.choose_eviction_buffers(buffers, want, out);
-    }
-
-    fn is_evictable(&self, index: u64) -> bool {
-        self.policy.is_evictable(index)
     }
 
     fn has_prefetching(&self) -> bool {
@@ -65,69 +81,16 @@ impl<P: Policy, F: Prefetcher> Policy for WithPrefetch<P, F> {
         }
         self.prefetcher.on_miss(index, out);
     }
-
-    fn wants_hits(&self) -> bool {
-        self.policy.wants_hits()
-    }
-
-    fn on_miss(&self, index: u64) {
-        self.policy.on_miss(index);
-    }
-
-    fn admit(&self, index: u64) -> bool {
-        self.policy.admit(index)
-    }
-
-    fn on_hit(&self, index: u64) {
-        self.policy.on_hit(index);
-    }
-
-    fn on_insert(&self, index: u64) {
-        self.policy.on_insert(index);
-    }
-
-    fn on_evict(&self, index: u64) {
-        self.policy.on_evict(index);
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::{NoPrefetch, ReadAhead};
     use super::*;
+    use crate::policy::Buffers;
     use crate::state::BufferState;
     use parking_lot::Mutex;
     use std::sync::Arc;
-
-    /// The hooks `trait Policy` declares, read from its source.
-    fn policy_hooks() -> Vec<String> {
-        let src = include_str!("../mod.rs");
-        let start = src
-            .find("pub trait Policy")
-            .expect("trait Policy in policy/mod.rs");
-        let body = &src[start..];
-        let body = &body[..body.find("\n}\n").expect("end of trait Policy")];
-        body.lines()
-            .filter_map(|l| l.strip_prefix("    fn "))
-            .map(|l| l[..l.find(['(', '<']).unwrap()].to_string())
-            .collect()
-    }
-
-    #[test]
-    fn forwards_every_policy_hook() {
-        let hooks = policy_hooks();
-        assert!(hooks.len() >= 11, "parsed {hooks:?}");
-        let src = include_str!("with_prefetch.rs");
-        let imp = &src[src
-            .find("impl<P: Policy, F: Prefetcher> Policy for")
-            .unwrap()..];
-        for h in &hooks {
-            assert!(
-                imp.contains(&format!("fn {h}(")),
-                "WithPrefetch does not forward Policy::{h}"
-            );
-        }
-    }
 
     /// Records every hook call, so forwarding is checked by behaviour too.
     struct Recorder(Arc<Mutex<Vec<String>>>);

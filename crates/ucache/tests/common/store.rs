@@ -1,0 +1,75 @@
+//! Application stores in tests: each wraps a real object and changes one or two of its calls.
+//! What they pass through unchanged is written once here, so a test's store is only what it
+//! does differently.
+
+// Not every test binary that shares this module uses all of it.
+#![allow(dead_code, unused_imports, unused_macros)]
+
+use std::sync::Arc;
+
+use ucache::store::{Object, OpenOptions, Store};
+
+/// A store that opens each object through `inner` and hands it to `wrap`, which returns the
+/// test's own object around it.
+pub struct WrapStore<F> {
+    inner: Arc<dyn Store>,
+    wrap: F,
+}
+
+impl<F> WrapStore<F>
+where
+    F: Fn(Arc<dyn Object>) -> Arc<dyn Object> + Send + Sync + 'static,
+{
+    pub fn new(inner: Arc<dyn Store>, wrap: F) -> Self {
+        WrapStore { inner, wrap }
+    }
+}
+
+impl<F> Store for WrapStore<F>
+where
+    F: Fn(Arc<dyn Object>) -> Arc<dyn Object> + Send + Sync + 'static,
+{
+    fn open(&self, object: &str, options: OpenOptions) -> ucache::Result<Arc<dyn Object>> {
+        Ok((self.wrap)(self.inner.open(object, options)?))
+    }
+}
+
+/// Inside `impl Object for W`, defines each named method (`name`, `len`, `set_len`, `read_at`,
+/// `write_at`, `sync`) as the same call on the field `self.$inner`. Bring it into scope with
+/// `use common::store::forward_object;` (it names itself to expand each method).
+macro_rules! forward_object {
+    ($inner:ident: $($method:ident),+ $(,)?) => {
+        $(forward_object!(@ $inner $method);)+
+    };
+    (@ $inner:ident name) => {
+        fn name(&self) -> &str {
+            self.$inner.name()
+        }
+    };
+    (@ $inner:ident len) => {
+        fn len(&self) -> std::io::Result<u64> {
+            self.$inner.len()
+        }
+    };
+    (@ $inner:ident set_len) => {
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.$inner.set_len(len)
+        }
+    };
+    (@ $inner:ident read_at) => {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            self.$inner.read_at(buf, offset)
+        }
+    };
+    (@ $inner:ident write_at) => {
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            self.$inner.write_at(buf, offset)
+        }
+    };
+    (@ $inner:ident sync) => {
+        fn sync(&self) -> std::io::Result<()> {
+            self.$inner.sync()
+        }
+    };
+}
+pub(crate) use forward_object;
