@@ -163,7 +163,7 @@ md="$out/$name.md"
   echo "# ucache-preload benchmark, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
   echo "data $data, budget $memory, dir $dir ($(df --output=source "$dir" | tail -1), read_ahead_kb $(cat /sys/block/"$(basename "$(df --output=source "$dir" | tail -1)")"/queue/read_ahead_kb 2>/dev/null || echo '?')), reps $reps, $cgdesc"
-  echo "Command: \`bash scripts/bench-preload.sh --data $data --memory $memory --reps $reps${policies:+ --policies $policies}${workloads:+ --workloads $workloads}${slack:+ --slack $slack} --name $name\`"
+  echo "Command: \`bash scripts/bench-preload.sh --data $data --memory $memory --dir $dir --reps $reps${policies:+ --policies $policies}${workloads:+ --workloads $workloads}${slack:+ --slack $slack} --name $name\`"
   echo
   echo "| workload | policy | plain s | shim s | plain/shim | same output | shim misses, MiB read (last rep) |"
   echo "|---|---|---|---|---|---|---|"

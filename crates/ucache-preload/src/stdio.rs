@@ -6,7 +6,7 @@
 //! evictor) are such a second thread, though they never touch stdio, so a program that writes
 //! its output a character at a time paid for them: `mdb_dump` spends most of its time in
 //! `putc`, and ran at 0.47× plain through the shim for that alone (a thread that only sleeps,
-//! preloaded, slows it 7×; docs/results/2026-11-26-preload/README.md).
+//! preloaded, slows it 8×; docs/results/2026-11-26-preload/README.md).
 //!
 //! So when the shim's threads are the process's first, the standard streams (`stdin`,
 //! `stdout`, `stderr`) are switched to `FSETLOCKING_BYCALLER` (glibc then skips their locks,
