@@ -5,23 +5,41 @@
 # Page cache is dropped before every run. Needs root, sqlite3, lmdb-utils, ripgrep, python3.
 #
 #   bash scripts/bench-preload.sh [--data 256MiB] [--memory 64MiB] [--dir /tmp/x] [--reps 3]
-#                                 [--policy s3fifo]
+#        [--policies clock,s3fifo] [--workloads sqlite-scan,sqlite-mix] [--slack 16MiB]
+#        [--name results]
 #
 # --dir picks the device: the default is under /var/tmp (the virtio disk here); point it at a
-# zram-backed file system for the zram figures. Writes results.json and results.md under
-# docs/results/<date>-preload/ and prints the table. Ratios are plain seconds / shim seconds:
-# above 1 the shim is faster.
+# zram-backed file system (scripts/zram-setup.sh) for the zram figures. --policies runs the
+# shim once per policy in every rep (the default: ucache's default, clock + readahead);
+# --policy P is --policies P. --workloads picks some of: sqlite-scan sqlite-lookups sqlite-mix
+# lmdb-dump rg-mmap (default: all). --slack S runs plain and shim alike in a memory cgroup of
+# budget + S (the shim's UCACHE_MEMORY stays the budget): without it the shim runs have no
+# cgroup, and the shim reads the file with pread, through a page cache that is then unbounded
+# and serves its re-reads from memory; with it both get the same memory, the shim's overhead
+# (its heap, the program's) and page cache included. Writes <name>.json and
+# <name>.md under docs/results/<date>-preload/ and prints the table. Ratios are plain seconds /
+# shim seconds (medians): above 1 the shim is faster. Every run's output is compared with the
+# first plain run's.
+#
+# sqlite-mix is the workload where the policy matters: one sqlite3 process runs 3 rounds of
+# point lookups on a hot set of rows (one row on each of budget/16 KiB pages scattered over
+# the table, each looked up about 3 times a round) and then a full scan of the table. A
+# scan-resistant policy keeps the hot pages through the scans; CLOCK and LRU let each scan
+# flush them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-data=256MiB memory=64MiB dir="" reps=3 policy=""
+data=256MiB memory=64MiB dir="" reps=3 policies="" workloads="" slack="" name=results
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) data=$2; shift 2 ;;
     --memory) memory=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
-    --policy) policy=$2; shift 2 ;;
+    --policy|--policies) policies=$2; shift 2 ;;
+    --workloads) workloads=$2; shift 2 ;;
+    --slack) slack=$2; shift 2 ;;
+    --name) name=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -29,6 +47,8 @@ bytes() { python3 -c "
 import re,sys; m=re.fullmatch(r'(\d+)\s*([KMGT]?)(i?B)?', sys.argv[1], re.I)
 print(int(m.group(1)) << {'':0,'K':10,'M':20,'G':30,'T':40}[m.group(2).upper()])" "$1"; }
 data_b=$(bytes "$data") mem_b=$(bytes "$memory")
+slack_b=0
+[ -z "$slack" ] || slack_b=$(bytes "$slack")
 if [ "$data_b" -lt $((4 * mem_b)) ]; then
   echo "data ($data) must be at least 4x the budget ($memory)" >&2; exit 2
 fi
@@ -45,7 +65,7 @@ mkdir -p "$out"
 
 cg=/sys/fs/cgroup/memory/ucache-bench-preload
 mkdir -p "$cg"
-echo "$mem_b" > "$cg/memory.limit_in_bytes"
+echo $((mem_b + slack_b)) > "$cg/memory.limit_in_bytes"
 cleanup() { rmdir "$cg" 2>/dev/null || true; }
 trap cleanup EXIT
 
@@ -96,12 +116,22 @@ EOF
 fi
 
 lookups=$((rows / 20))
+# sqlite-mix: budget/16KiB hot rows (a quarter of the budget in 4 KiB pages), scattered by a
+# multiplicative hash; each round looks each up 3 times in a fixed order, then scans.
+hot=$((mem_b / 16384)) mix=""
+for r in 1 2 3; do
+  mix+=" WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < $((3 * hot)))
+    SELECT count(*), sum(instr(v, zeroblob(1))) FROM c
+    JOIN t ON t.k = (((x * 7919 + $r * 104729) % $hot) * 2654435761) % $rows + 1;
+    SELECT count(*), sum(instr(v, char(65))) FROM t;"
+done
 # The workloads: name, glob of the files the shim caches, command.
-names=(sqlite-scan sqlite-lookups lmdb-dump rg-mmap)
-globs=("$dir/bench.db" "$dir/bench.db" "$dir/lmdb/*" "$dir/tree/*")
+names=(sqlite-scan sqlite-lookups sqlite-mix lmdb-dump rg-mmap)
+globs=("$dir/bench.db" "$dir/bench.db" "$dir/bench.db" "$dir/lmdb/*" "$dir/tree/*")
 cmds=(
   "sqlite3 $dir/bench.db 'PRAGMA mmap_size=$((data_b * 2)); SELECT sum(length(v)) FROM t;'"
   "sqlite3 $dir/bench.db 'PRAGMA mmap_size=$((data_b * 2)); WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < $lookups) SELECT sum(length(v)) FROM c JOIN t ON t.k = (c.x * 2654435761) % $rows + 1; SELECT sum(length(v)) FROM t;'"
+  "sqlite3 $dir/bench.db 'PRAGMA mmap_size=$((data_b * 2)); $mix'"
   "mdb_dump $dir/lmdb | md5sum"
   "rg --mmap --no-config -j2 -c needle $dir/tree | sort | md5sum"
 )
@@ -114,45 +144,62 @@ run_plain() { # in the memory cgroup
   sh -c "echo \$\$ > $cg/cgroup.procs; exec sh -c \"\$0\"" "$1" > "$dir/out.plain"
   python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$t0" "$(now)"
 }
-run_shim() {
+run_shim() { # command, glob, policy (empty: the default); in the cgroup with --slack
   drop
-  local t0; t0=$(now)
-  env LD_PRELOAD="$so" UCACHE_FILES="$2" UCACHE_MEMORY="$memory" ${policy:+UCACHE_POLICY=$policy} \
-    UCACHE_STATS=1 sh -c "$1" > "$dir/out.shim" 2> "$dir/err.shim"
+  local t0 join=""; t0=$(now)
+  [ -z "$slack" ] || join="echo \$\$ > $cg/cgroup.procs; "
+  env LD_PRELOAD="$so" UCACHE_FILES="$2" UCACHE_MEMORY="$memory" ${3:+UCACHE_POLICY=$3} \
+    UCACHE_STATS=1 sh -c "${join}exec sh -c \"\$0\"" "$1" > "$dir/out.shim" 2> "$dir/err.shim"
   python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$t0" "$(now)"
 }
 
-json="$out/results.json"
-md="$out/results.md"
+IFS=, read -r -a pols <<< "${policies:-}"
+[ ${#pols[@]} -gt 0 ] || pols=("")
+if [ -n "$slack" ]; then cgdesc="plain and shim runs in a cgroup of budget + $slack"
+else cgdesc="plain runs in a cgroup of the budget, shim runs without one"; fi
+json="$out/$name.json"
+md="$out/$name.md"
 {
   echo "# ucache-preload benchmark, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
-  echo "data $data, budget $memory, dir $dir ($(df --output=source "$dir" | tail -1)), reps $reps, policy ${policy:-clock (default)}"
-  echo "Command: \`bash scripts/bench-preload.sh --data $data --memory $memory --reps $reps${policy:+ --policy $policy}\`"
+  echo "data $data, budget $memory, dir $dir ($(df --output=source "$dir" | tail -1), read_ahead_kb $(cat /sys/block/"$(basename "$(df --output=source "$dir" | tail -1)")"/queue/read_ahead_kb 2>/dev/null || echo '?')), reps $reps, $cgdesc"
+  echo "Command: \`bash scripts/bench-preload.sh --data $data --memory $memory --dir $dir --reps $reps${policies:+ --policies $policies}${workloads:+ --workloads $workloads}${slack:+ --slack $slack} --name $name\`"
   echo
-  echo "| workload | plain s (cgroup) | shim s | plain/shim | same output |"
-  echo "|---|---|---|---|---|"
+  echo "| workload | policy | plain s | shim s | plain/shim | same output | shim misses, MiB read (last rep) |"
+  echo "|---|---|---|---|---|---|---|"
 } > "$md"
 echo "[" > "$json"
 first=1
 for i in "${!names[@]}"; do
-  name=${names[$i]} glob=${globs[$i]} cmd=${cmds[$i]}
-  pl=() sh=() same=yes
-  for _ in $(seq "$reps"); do
+  name_=${names[$i]} glob=${globs[$i]} cmd=${cmds[$i]}
+  [ -z "$workloads" ] || [[ ",$workloads," == *",$name_,"* ]] || continue
+  pl=() same=yes
+  declare -A sh=() st=()
+  for rep in $(seq "$reps"); do
+    # Plain and each policy, interleaved; every output is compared with the first plain one.
     pl+=("$(run_plain "$cmd")")
-    sh+=("$(run_shim "$cmd" "$glob")")
-    cmp -s "$dir/out.plain" "$dir/out.shim" || same=no
+    [ "$rep" = 1 ] && cp "$dir/out.plain" "$dir/out.ref"
+    cmp -s "$dir/out.ref" "$dir/out.plain" || same="no (plain runs differ)"
+    for p in "${pols[@]}"; do
+      sh[$p]+="$(run_shim "$cmd" "$glob" "$p") "
+      cmp -s "$dir/out.ref" "$dir/out.shim" || same=no
+      grep -q "ucache-preload: stats: mappings [1-9]" "$dir/err.shim" || same="$same (shim mapped nothing!)"
+      st[$p]=$(grep -o 'misses: [0-9]*\|bytes_read: [0-9]*' "$dir/err.shim" | awk '{v[NR]=$2} END {printf "%d, %.0f", v[1], v[2]/1048576}')
+    done
   done
-  grep -q "ucache-preload: stats: mappings [1-9]" "$dir/err.shim" || same="$same (shim mapped nothing!)"
-  read -r pmed smed ratio < <(python3 -c "
+  for p in "${pols[@]}"; do
+    read -r -a shv <<< "${sh[$p]}"
+    read -r pmed smed ratio < <(python3 -c "
 import statistics,sys
 p=[float(x) for x in sys.argv[1].split()]; s=[float(x) for x in sys.argv[2].split()]
-print(f'{statistics.median(p):.3f} {statistics.median(s):.3f} {statistics.median(p)/statistics.median(s):.3f}')" "${pl[*]}" "${sh[*]}")
-  echo "| $name | ${pl[*]} (median $pmed) | ${sh[*]} (median $smed) | $ratio | $same |" >> "$md"
-  [ $first = 1 ] || echo "," >> "$json"
-  first=0
-  printf '{"workload":"%s","data":"%s","memory":"%s","plain_s":[%s],"shim_s":[%s],"ratio":%s,"same_output":"%s"}\n' \
-    "$name" "$data" "$memory" "$(IFS=,; echo "${pl[*]}")" "$(IFS=,; echo "${sh[*]}")" "$ratio" "$same" >> "$json"
+print(f'{statistics.median(p):.3f} {statistics.median(s):.3f} {statistics.median(p)/statistics.median(s):.3f}')" "${pl[*]}" "${shv[*]}")
+    echo "| $name_ | ${p:-default} | ${pl[*]} (median $pmed) | ${shv[*]} (median $smed) | $ratio | $same | ${st[$p]} |" >> "$md"
+    [ $first = 1 ] || echo "," >> "$json"
+    first=0
+    printf '{"workload":"%s","policy":"%s","data":"%s","memory":"%s","dir":"%s","slack":"%s","plain_s":[%s],"shim_s":[%s],"ratio":%s,"same_output":"%s","shim_misses_mib_read":"%s"}\n' \
+      "$name_" "${p:-default}" "$data" "$memory" "$dir" "$slack" "$(IFS=,; echo "${pl[*]}")" "$(IFS=,; echo "${shv[*]}")" "$ratio" "$same" "${st[$p]}" >> "$json"
+  done
+  unset sh st
   tail -1 "$dir/err.shim" | cut -c1-300 >&2
 done
 echo "]" >> "$json"

@@ -7,11 +7,13 @@
 
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicUsize;
 
 use libc::{off_t, size_t, ssize_t};
 
 use crate::real;
 use crate::shim::{self, active, enter};
+use crate::stdio;
 
 /// Runs `body` inside the shim (flag raised, panics caught); `None` from it, a panic, or a
 /// thread already inside the shim run `real` instead.
@@ -351,4 +353,74 @@ unsafe fn do_sync(fd: c_int, data_only: bool) -> c_int {
 forward! {
     "fsync(2)" fn fsync(fd: c_int) -> c_int => do_sync(fd, false);
     "fdatasync(2)" fn fdatasync(fd: c_int) -> c_int => do_sync(fd, true);
+}
+
+/// Starts a thread with `start`: the cache's own (started inside the shim), after which the
+/// standard streams of a program with one thread skip their locks again; or the program's,
+/// before which they lock again (see `stdio`).
+fn starting_thread(start: impl FnOnce() -> c_int) -> c_int {
+    if shim::in_shim() {
+        let single = stdio::single_threaded();
+        let r = start();
+        if r == 0 && single {
+            stdio::unlock_std_streams();
+        }
+        r
+    } else {
+        stdio::relock_std_streams();
+        start()
+    }
+}
+
+type PthreadStart = extern "C" fn(*mut c_void) -> *mut c_void;
+
+/// # Safety
+/// As `pthread_create(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_create(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    f: PthreadStart,
+    arg: *mut c_void,
+) -> c_int {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let p = stdio::next_fn(&NEXT, c"pthread_create");
+    if p.is_null() {
+        return libc::EAGAIN;
+    }
+    // SAFETY: p is glibc's pthread_create, of this signature.
+    let real: unsafe extern "C" fn(
+        *mut libc::pthread_t,
+        *const libc::pthread_attr_t,
+        PthreadStart,
+        *mut c_void,
+    ) -> c_int = unsafe { std::mem::transmute(p) };
+    // SAFETY: the caller's arguments, passed on.
+    starting_thread(|| unsafe { real(thread, attr, f, arg) })
+}
+
+/// C11's `thrd_create`: glibc starts the thread without calling `pthread_create` through the
+/// symbol, so it is interposed too.
+///
+/// # Safety
+/// As `thrd_create(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn thrd_create(
+    thread: *mut libc::c_ulong,
+    f: extern "C" fn(*mut c_void) -> c_int,
+    arg: *mut c_void,
+) -> c_int {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let p = stdio::next_fn(&NEXT, c"thrd_create");
+    if p.is_null() {
+        return 2; // thrd_error
+    }
+    // SAFETY: p is glibc's thrd_create, of this signature.
+    let real: unsafe extern "C" fn(
+        *mut libc::c_ulong,
+        extern "C" fn(*mut c_void) -> c_int,
+        *mut c_void,
+    ) -> c_int = unsafe { std::mem::transmute(p) };
+    // SAFETY: the caller's arguments, passed on.
+    starting_thread(|| unsafe { real(thread, f, arg) })
 }

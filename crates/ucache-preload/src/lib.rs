@@ -16,7 +16,8 @@
 //!
 //! Layout: `real` (the functions behind the shim and raw system calls), `config` (the
 //! environment), `store` (the file as a ucache object), `table` (the live mappings, read
-//! without locks), `shim` (what the calls do), `interpose` (the exported symbols).
+//! without locks), `shim` (what the calls do), `stdio` (glibc's unlocked standard streams
+//! kept while the program has one thread), `interpose` (the exported symbols).
 
 // The unit tests build without the exported symbols (`interpose`), so much is unused there.
 #![cfg_attr(test, allow(dead_code))]
@@ -26,6 +27,7 @@ mod config;
 mod interpose;
 mod real;
 mod shim;
+mod stdio;
 mod store;
 mod table;
 

@@ -55,6 +55,11 @@ pub(crate) fn enter() -> Option<Inside> {
         .flatten()
 }
 
+/// Whether the thread is inside the shim (so a thread it starts is the cache's).
+pub(crate) fn in_shim() -> bool {
+    IN_SHIM.try_with(|f| f.get()).unwrap_or(false)
+}
+
 /// Whether calls on fds and addresses may concern a shim mapping.
 #[inline]
 pub(crate) fn active() -> bool {

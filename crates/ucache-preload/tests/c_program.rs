@@ -83,6 +83,29 @@ fn other_policies_and_buffer_sizes() {
 }
 
 #[test]
+fn standard_streams_lock_again_when_the_program_starts_threads() {
+    let s = Setup::new();
+    let sorted = |out: String| {
+        let mut v: Vec<String> = out.lines().map(str::to_owned).collect();
+        v.sort();
+        v
+    };
+    for mode in ["stdio", "stdio-c11"] {
+        // prog checks stdout's locking itself: unlocked through the shim until its own
+        // thread starts, locked after; then two threads print at once.
+        let plain = sorted(ok(&run(s.cmd(mode, "0")), &format!("{mode} plain")));
+        let out = run(s.shimmed(mode, "1", "256KiB"));
+        let shim = sorted(ok(&out, &format!("{mode} through the shim")));
+        assert!(
+            shim_mappings(&out.stderr) > 0,
+            "{mode}: the shim mapped nothing"
+        );
+        assert_eq!(plain.len(), 2 * 20000 + 1, "{mode}: lines printed plain");
+        assert!(plain == shim, "{mode}: torn or lost lines through the shim");
+    }
+}
+
+#[test]
 fn truncation_under_a_mapping_raises_sigbus() {
     let s = Setup::new();
     let plain = run(s.cmd("truncate", "0"));

@@ -8,6 +8,9 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdio_ext.h>
+#include <pthread.h>
+#include <threads.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -284,6 +287,48 @@ static void mode_after_exec(const char *path) {
     }
 }
 
+/* Lines two threads print at once to stdout: with its lock, none is torn. */
+#define LINES 20000
+static void *print_lines(void *tag) {
+    for (int i = 0; i < LINES; i++) printf("%s line %d of the printing threads\n", (char *)tag, i);
+    return NULL;
+}
+static int print_lines_c11(void *tag) {
+    print_lines(tag);
+    return 0;
+}
+
+/* The standard streams and the program's threads (src/stdio.rs): the shim's threads alone
+ * leave stdout unlocked as in a one-thread process; the program's first thread of its own
+ * (pthread_create, or thrd_create with `c11`) locks it again before it runs, so two threads
+ * printing at once tear no line. The test sorts the output and compares it with the plain
+ * run's. */
+static void mode_stdio(const char *path, int c11) {
+    int fd;
+    unsigned char *m = map_filled(path, O_RDONLY, PROT_READ, &fd);
+    CHECK(all_pat(m, 0, 1 << 20, 1));
+    const char *e = getenv("EXPECT_SHIM");
+    int locking = __fsetlocking(stdout, FSETLOCKING_QUERY);
+    /* Plain, nothing changes stdout's locking; through the shim it is the caller's now. */
+    if (e && !strcmp(e, "0")) CHECK(locking == FSETLOCKING_INTERNAL);
+    if (e && !strcmp(e, "1")) CHECK(locking == FSETLOCKING_BYCALLER);
+    if (c11) {
+        thrd_t t;
+        CHECK(thrd_create(&t, print_lines_c11, "second") == thrd_success);
+        CHECK(__fsetlocking(stdout, FSETLOCKING_QUERY) == FSETLOCKING_INTERNAL);
+        print_lines("first");
+        CHECK(thrd_join(t, NULL) == thrd_success);
+    } else {
+        pthread_t t;
+        CHECK(pthread_create(&t, NULL, print_lines, "second") == 0);
+        CHECK(__fsetlocking(stdout, FSETLOCKING_QUERY) == FSETLOCKING_INTERNAL);
+        print_lines("first");
+        CHECK(pthread_join(t, NULL) == 0);
+    }
+    munmap(m, SIZE);
+    close(fd);
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: prog MODE FILE\n");
@@ -298,6 +343,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "private")) mode_private(path);
     else if (!strcmp(mode, "exec")) mode_exec(path, argv[0]);
     else if (!strcmp(mode, "after-exec")) mode_after_exec(path);
+    else if (!strcmp(mode, "stdio")) mode_stdio(path, 0);
+    else if (!strcmp(mode, "stdio-c11")) mode_stdio(path, 1);
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 2;
