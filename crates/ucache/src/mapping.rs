@@ -42,9 +42,11 @@ use crate::store::{Contained, Object, OpenOptions, Store};
 
 mod aside;
 mod batch;
+mod claim;
 mod evict;
 mod fault;
 mod handle;
+mod home;
 mod lists;
 mod options;
 mod pin;
@@ -56,7 +58,8 @@ mod writeback;
 
 use aside::AsidePool;
 pub use handle::{Mapping, UnmapError};
-pub use options::MapOptions;
+use home::Home;
+pub use options::{MapOptions, Placement};
 
 const MIN_BUFFER: usize = 4096;
 const MAX_BUFFER: usize = 1 << 30;
@@ -78,7 +81,8 @@ pub(crate) struct MappingCore {
     registration: std::sync::OnceLock<Registration>,
     /// The handler threads of a transparent mapping in compatibility mode.
     fault_threads: std::sync::OnceLock<FaultThreads>,
-    region: Region,
+    /// Where buffers' bytes live: the mapping's own region, or frames of the cache's pool.
+    home: Home,
     states: Box<[BufferState]>,
     policy: Guarded,
     policy_hits: bool,
@@ -217,16 +221,24 @@ impl MappingCore {
         };
         let nbuf = len.div_ceil(bs as u64);
         let bytes = (nbuf * bs as u64) as usize;
-        let region = if o.transparent {
+        let pool = o.placement == Placement::Pool;
+        if pool && o.transparent {
+            return Err(Error::NotInPlace {
+                what: "transparent access",
+            });
+        }
+        let home = if pool {
+            Home::pool(cache.pool_for(bs)?, nbuf)?
+        } else if o.transparent {
             if !cfg!(target_arch = "x86_64") {
                 return Err(Error::BadArgument(
                     "transparent mappings need x86-64 (the write bit of the fault)".into(),
                 ));
             }
             let sigbus = o.fault_handling == FaultHandling::OnFaultingThread;
-            Region::reserve_transparent(bytes, bs.min(2 << 20), sigbus)?
+            Home::InPlace(Region::reserve_transparent(bytes, bs.min(2 << 20), sigbus)?)
         } else {
-            Region::reserve(bytes, bs.min(2 << 20))?
+            Home::InPlace(Region::reserve(bytes, bs.min(2 << 20))?)
         };
         let mut states = Vec::new();
         if states.try_reserve_exact(nbuf as usize).is_err() {
@@ -290,7 +302,7 @@ impl MappingCore {
             len,
             bs,
             shift: bs.trailing_zeros(),
-            region,
+            home,
             states,
             writable,
             resident: AtomicU64::new(0),
@@ -309,13 +321,14 @@ impl MappingCore {
     /// Connects a transparent mapping to whoever serves its faults: the SIGBUS handler, or
     /// its own handler threads.
     pub(crate) fn register_faults(self: &Arc<Self>) -> Result<()> {
-        let Some(u) = self.region.uffd() else {
+        let Some(u) = self.home.uffd() else {
             return Ok(());
         };
         let base = self.base() as usize;
         match self.fault_handling {
             FaultHandling::OnFaultingThread => {
-                let r = crate::sigbus::register(self, base, self.region.len())?;
+                let len = self.home.region().map_or(0, Region::len);
+                let r = crate::sigbus::register(self, base, len)?;
                 let _ = self.registration.set(r);
             }
             FaultHandling::HandlerThreads(n) => {
@@ -338,8 +351,13 @@ impl MappingCore {
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
+    /// The base address of an in-place mapping; null for a pool mapping.
     pub(crate) fn base(&self) -> *mut u8 {
-        self.region.base()
+        self.home.base()
+    }
+    /// Whether buffers live in frames of the cache's pool ([`Placement::Pool`]).
+    pub(crate) fn is_pool(&self) -> bool {
+        self.home.is_pool()
     }
     pub(crate) fn len(&self) -> u64 {
         self.len
@@ -354,7 +372,7 @@ impl MappingCore {
         self.resident.load(Ordering::Relaxed)
     }
     pub(crate) fn is_transparent(&self) -> bool {
-        self.region.is_transparent()
+        self.home.is_transparent()
     }
     fn buffers(&self) -> u64 {
         self.states.len() as u64
@@ -387,7 +405,7 @@ impl MappingCore {
     #[inline]
     fn stopwatch(&self) -> Stopwatch {
         Stopwatch::new(
-            self.cache.profile && self.region.is_transparent() && crate::stopwatch::sampled(),
+            self.cache.profile && self.home.is_transparent() && crate::stopwatch::sampled(),
         )
     }
 
@@ -473,9 +491,7 @@ impl Drop for MappingCore {
             .resident
             .load(Ordering::Relaxed)
             .saturating_sub(carried);
-        if left > 0 {
-            self.cache.release(left * self.bs as u64);
-        }
+        self.give_back_resident(left);
         if let Some(pool) = &self.aside {
             pool.give_back(&self.cache);
         }
