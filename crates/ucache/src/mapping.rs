@@ -144,6 +144,21 @@ impl MappingCore {
         o: MapOptions,
     ) -> Result<MappingCore> {
         let bs = check_buffer_size(o.buffer_size)?;
+        // What the placement alone decides is checked before the store is asked, so a refused
+        // mapping creates nothing.
+        let pool = o.placement == Placement::Pool;
+        if pool && o.transparent {
+            return Err(Error::NotInPlace {
+                what: "transparent access",
+            });
+        }
+        let chunk = crate::pool::FramePool::chunk_for(bs) as u64;
+        if pool && cache.budget_bytes() < chunk {
+            return Err(Error::BudgetTooSmall {
+                budget: cache.budget_bytes(),
+                batch: chunk,
+            });
+        }
         if !o.offset.is_multiple_of(IO_ALIGN) {
             return Err(Error::BadArgument(format!(
                 "mapping offset {} is not a multiple of {IO_ALIGN}",
@@ -221,12 +236,6 @@ impl MappingCore {
         };
         let nbuf = len.div_ceil(bs as u64);
         let bytes = (nbuf * bs as u64) as usize;
-        let pool = o.placement == Placement::Pool;
-        if pool && o.transparent {
-            return Err(Error::NotInPlace {
-                what: "transparent access",
-            });
-        }
         let home = if pool {
             Home::pool(cache.pool_for(bs)?, nbuf)?
         } else if o.transparent {
