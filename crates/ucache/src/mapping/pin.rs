@@ -233,6 +233,7 @@ impl MappingCore {
                 // After the word: on a pool mapping the frame is the one this version lives
                 // in (or, if the buffer moved since, a frame the version check will reject).
                 let ptr = self.ptr(i);
+                crate::sync::model_switch_point();
                 // SAFETY: the view only performs reads; their results are discarded unless the
                 // version check below proves the buffer was neither evicted nor written.
                 let view = unsafe { OptimisticView::new(ptr, valid) };
