@@ -77,6 +77,7 @@ pub fn run(args: &DemoArgs) -> Result<Outcome, String> {
         prefetch_depth: crate::bench::system::PREFETCH_BATCH,
         eviction_batch: None,
         no_background_eviction: false,
+        no_pool_huge_pages: false,
         file: args.file.clone(),
         json: args.json.clone(),
         plot: args.plot.clone(),

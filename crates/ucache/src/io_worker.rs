@@ -96,23 +96,25 @@ fn serve(rx: Receiver<Job>) {
                 let mut pending: VecDeque<u64> = indices.into();
                 // SAFETY: a load job's indices are claims handed over by the mapping's
                 // prefetch (`LoadClaim::into_raw`), each in one job, adopted once.
-                unsafe { mapping.load_stream(STREAM_DEPTH, &mut || loop {
-                    if let Some(i) = pending.pop_front() {
-                        return Some(i);
-                    }
-                    if stashed.is_some() {
-                        return None;
-                    }
-                    match rx.try_recv() {
-                        Ok(Job::Load {
-                            mapping: m,
-                            indices,
-                        }) if Arc::ptr_eq(&m, &mapping) => pending.extend(indices),
-                        // Another mapping's loads, or a write-back: after this stream drains.
-                        Ok(other) => stashed = Some(other),
-                        Err(_) => return None,
-                    }
-                }) };
+                unsafe {
+                    mapping.load_stream(STREAM_DEPTH, &mut || loop {
+                        if let Some(i) = pending.pop_front() {
+                            return Some(i);
+                        }
+                        if stashed.is_some() {
+                            return None;
+                        }
+                        match rx.try_recv() {
+                            Ok(Job::Load {
+                                mapping: m,
+                                indices,
+                            }) if Arc::ptr_eq(&m, &mapping) => pending.extend(indices),
+                            // Another mapping's loads, or a write-back: after this stream drains.
+                            Ok(other) => stashed = Some(other),
+                            Err(_) => return None,
+                        }
+                    })
+                };
             }
             Job::Writeback { mapping, indices } => {
                 mapping.write_claimed(&indices);

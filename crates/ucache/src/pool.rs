@@ -172,10 +172,11 @@ impl FramePool {
         }
         fr.frames += self.per_chunk as usize - 1;
         drop(fr);
-        self.charged
-            .fetch_add(self.chunk as u64, Ordering::Relaxed);
-        self.free_bytes
-            .fetch_add((self.per_chunk as u64 - 1) * self.bs as u64, Ordering::Relaxed);
+        self.charged.fetch_add(self.chunk as u64, Ordering::Relaxed);
+        self.free_bytes.fetch_add(
+            (self.per_chunk as u64 - 1) * self.bs as u64,
+            Ordering::Relaxed,
+        );
         Some(first)
     }
 
@@ -285,7 +286,11 @@ mod tests {
         let mut got = vec![f0];
         got.extend((1..512).map(|_| p.pop().unwrap()));
         got.sort_unstable();
-        assert_eq!(got, (0..512).collect::<Vec<u32>>(), "one chunk, every frame once");
+        assert_eq!(
+            got,
+            (0..512).collect::<Vec<u32>>(),
+            "one chunk, every frame once"
+        );
         assert!(p.pop().is_none());
         // SAFETY: frame 3 is ours (popped) and 4096 bytes long.
         unsafe { std::ptr::write_bytes(p.frame(3), 0xAB, 4096) };

@@ -220,7 +220,9 @@ fn cfg_strategy() -> impl Strategy<Value = Cfg> {
 /// What `map` must answer for `cfg`: the mapping's length, or the error it refuses with.
 #[derive(Debug)]
 enum MapExpect {
-    Ok { len: u64 },
+    Ok {
+        len: u64,
+    },
     BadArgument,
     BadLength,
     NotFound,
@@ -287,7 +289,12 @@ impl Cfg {
     /// The cache's budget: `budget_bufs` buffers, and a pool chunk more for a pool mapping
     /// given room for one.
     fn budget(&self) -> u64 {
-        self.budget_bufs * self.bs() + if self.pool && self.pool_room { POOL_CHUNK } else { 0 }
+        self.budget_bufs * self.bs()
+            + if self.pool && self.pool_room {
+                POOL_CHUNK
+            } else {
+                0
+            }
     }
     fn offset(&self) -> u64 {
         self.off_pages * 4096 + if self.misaligned { 512 } else { 0 }
@@ -793,7 +800,11 @@ impl Harness {
             // A pool holds whole chunks, whatever of them its buffers use.
             let pool = self.cache.pool_bytes();
             let expected = || {
-                let mine = if self.pool { pool } else { self.m.resident() * self.bs };
+                let mine = if self.pool {
+                    pool
+                } else {
+                    self.m.resident() * self.bs
+                };
                 mine + self.neighbour.as_ref().map_or(0, |n| n.resident() * 4096)
             };
             assert!(

@@ -540,18 +540,24 @@ fn pool_mappings_refuse_what_only_in_place_mappings_have() {
     let pool = || MapOptions::new().placement(Placement::Pool);
     let r = c.map(s.clone(), "o", pool().transparent(true));
     assert!(
-        matches!(r, Err(Error::NotInPlace { what: "transparent access" })),
+        matches!(
+            r,
+            Err(Error::NotInPlace {
+                what: "transparent access"
+            })
+        ),
         "{r:?}"
     );
-    assert_eq!((c.used(), c.pool_bytes()), (0, 0), "a refused map holds nothing");
+    assert_eq!(
+        (c.used(), c.pool_bytes()),
+        (0, 0),
+        "a refused map holds nothing"
+    );
     let m = c.map(s, "o", pool()).unwrap();
     assert_eq!(m.placement(), Placement::Pool);
     assert!(matches!(m.try_as_ptr(), Err(Error::NotInPlace { .. })));
     assert!(m.as_ptr().is_null(), "no base address to hand out");
-    assert!(matches!(
-        m.as_slice::<u64>(),
-        Err(Error::NotInPlace { .. })
-    ));
+    assert!(matches!(m.as_slice::<u64>(), Err(Error::NotInPlace { .. })));
     // Loaded, it is still found by no address.
     drop(m.pin_shared(3).unwrap());
     let local = [0u8; 16];

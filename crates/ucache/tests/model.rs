@@ -400,7 +400,11 @@ fn pool_frame_reuse_races_optimistic_readers_pins_and_eviction() {
         reader.join().unwrap();
         pinner.join().unwrap();
         evictor.join().unwrap();
-        assert_eq!(cache.pool_bytes(), PB as u64, "one chunk, reused, never regrown");
+        assert_eq!(
+            cache.pool_bytes(),
+            PB as u64,
+            "one chunk, reused, never regrown"
+        );
     });
     // A third of the other scenarios' schedules: each one copies megabytes.
     let g = f.clone();

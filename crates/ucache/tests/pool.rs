@@ -109,7 +109,10 @@ fn every_explicit_primitive_works_on_a_pool_mapping() {
         assert_eq!(word(&m.pin_shared(7).unwrap(), 0), u64::MAX, "{name}");
         assert_eq!(word(&m.pin_shared(50).unwrap(), 0), 7, "{name}");
         let st = m.stats();
-        assert!(st.misses > 0 && st.hits > 0 && st.evictions > 0, "{name}: {st:?}");
+        assert!(
+            st.misses > 0 && st.hits > 0 && st.evictions > 0,
+            "{name}: {st:?}"
+        );
         assert!(st.writebacks >= 2, "{name}: {st:?}");
         assert!(cache.used() <= cache.budget(), "{name}");
         m.unmap().unwrap();
@@ -187,7 +190,11 @@ fn memory_moves_between_pool_and_in_place_mappings_in_chunks() {
         let g = p.pin_shared(i).unwrap();
         assert_eq!(word(&g, 1), i * BS as u64 + 8);
     }
-    assert_eq!(cache.pool_bytes(), budget, "shrunk {pool_sizes:?}, then grew back");
+    assert_eq!(
+        cache.pool_bytes(),
+        budget,
+        "shrunk {pool_sizes:?}, then grew back"
+    );
     p.unmap().unwrap();
     assert_eq!((cache.used(), cache.pool_bytes()), (0, 0));
 }

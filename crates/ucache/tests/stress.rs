@@ -38,7 +38,12 @@ fn check(buf: &[u8], index: u64) -> u64 {
 #[test]
 fn stress_every_byte_verified() {
     let cache = Cache::new(CacheOptions::new(BUDGET_BUFFERS * BS as u64).batch(32)).unwrap();
-    stress(&cache, 32 * BS as u64, Some(false), &[Spec::new(Placement::InPlace, BS, BUFFERS)]);
+    stress(
+        &cache,
+        32 * BS as u64,
+        Some(false),
+        &[Spec::new(Placement::InPlace, BS, BUFFERS)],
+    );
 }
 
 /// The background evictor engaged (64 batches of 4 fit the budget) evicts alongside the
@@ -62,7 +67,12 @@ fn stress_pool_every_byte_verified() {
     let budget = 4u64 << 20;
     let cache = Cache::new(CacheOptions::new(budget).batch(32)).unwrap();
     let buffers = 16 * budget / BS as u64;
-    stress(&cache, 32 * BS as u64, None, &[Spec::new(Placement::Pool, BS, buffers)]);
+    stress(
+        &cache,
+        32 * BS as u64,
+        None,
+        &[Spec::new(Placement::Pool, BS, buffers)],
+    );
     assert_eq!(cache.pool_bytes(), 0, "unmap gave the pool's chunks back");
 }
 

@@ -240,9 +240,7 @@ impl MappingCore {
             // (transparent buffers are installed whole) and no store can change them (it is
             // clean, so write-protected, and a write fault waits while it is Evicting); the
             // slot is ours until released.
-            unsafe {
-                std::ptr::copy_nonoverlapping(self.ptr(i), pool.slot_addr(slot), self.bs)
-            };
+            unsafe { std::ptr::copy_nonoverlapping(self.ptr(i), pool.slot_addr(slot), self.bs) };
             set.push(i);
         }
         let mut freed = 0;

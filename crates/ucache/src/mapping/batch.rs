@@ -236,9 +236,15 @@ impl MappingCore {
     /// # Safety
     /// Each index is a claim of this mapping turned into its index with
     /// [`LoadClaim::into_raw`], adopted here once.
-    pub(crate) unsafe fn load_handed(&self, indices: &[u64], demand: Option<Instant>) -> Result<()> {
+    pub(crate) unsafe fn load_handed(
+        &self,
+        indices: &[u64],
+        demand: Option<Instant>,
+    ) -> Result<()> {
         // SAFETY: forwarded from our caller.
-        let claims = indices.iter().map(|&i| unsafe { LoadClaim::adopt(self, i) });
+        let claims = indices
+            .iter()
+            .map(|&i| unsafe { LoadClaim::adopt(self, i) });
         self.load_claimed(claims.collect(), demand)
     }
 

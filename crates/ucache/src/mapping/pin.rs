@@ -20,14 +20,7 @@ impl MappingCore {
         let s = self.slot(i)?;
         self.pin(s, i, Pin::Shared)?;
         // SAFETY: we hold a shared pin: the buffer is Cached and nobody writes it until unpin.
-        Ok(unsafe {
-            SharedGuard::new(
-                self,
-                i,
-                self.ptr(i),
-                self.valid(i),
-            )
-        })
+        Ok(unsafe { SharedGuard::new(self, i, self.ptr(i), self.valid(i)) })
     }
 
     /// Pins buffer `i` shared if it is cached and free of an exclusive pin now; never waits
@@ -44,14 +37,7 @@ impl MappingCore {
         self.stats().add(Counter::Hits, 1);
         self.on_hit(i, w);
         // SAFETY: we hold a shared pin: the buffer is Cached and nobody writes it until unpin.
-        Some(unsafe {
-            SharedGuard::new(
-                self,
-                i,
-                self.ptr(i),
-                self.valid(i),
-            )
-        })
+        Some(unsafe { SharedGuard::new(self, i, self.ptr(i), self.valid(i)) })
     }
 
     pub(crate) fn pin_exclusive(self: &Arc<Self>, i: u64) -> Result<ExclusiveGuard<'_>> {
@@ -64,14 +50,7 @@ impl MappingCore {
             self.open_for_holder(s, i)?;
         }
         // SAFETY: we hold the exclusive pin: nobody else reads or writes the buffer until unpin.
-        Ok(unsafe {
-            ExclusiveGuard::new(
-                self,
-                i,
-                self.ptr(i),
-                self.valid(i),
-            )
-        })
+        Ok(unsafe { ExclusiveGuard::new(self, i, self.ptr(i), self.valid(i)) })
     }
 
     /// Lifts the write protection of a clean buffer just pinned exclusively, and marks it
@@ -84,7 +63,9 @@ impl MappingCore {
         if s.load().dirty() {
             return Ok(());
         }
-        if let Err(e) = self.home.protect((i << self.shift) as usize, self.bs, false)
+        if let Err(e) = self
+            .home
+            .protect((i << self.shift) as usize, self.bs, false)
         {
             let r = s.update(|w| Some(w.unpin_exclusive(false)));
             debug_assert!(r.is_ok());

@@ -320,8 +320,7 @@ impl MappingCore {
             };
             // SAFETY: inside the run's memory.
             let dest = unsafe { req.ptr().add(k * self.bs) };
-            if self.finish_load(c, dest, got_k, true, Pin::None).is_ok()
-            {
+            if self.finish_load(c, dest, got_k, true, Pin::None).is_ok() {
                 self.stats().add(Counter::Prefetches, 1);
                 self.stats().add(Counter::BytesRead, self.bs as u64);
             }

@@ -27,8 +27,7 @@ impl MappingCore {
         if self.state(i).update(|w| w.begin_writeback()).is_err() {
             return Ok(false);
         }
-        if let Err(e) = self.home.protect((i << self.shift) as usize, self.bs, true)
-        {
+        if let Err(e) = self.home.protect((i << self.shift) as usize, self.bs, true) {
             // Unprotected pages would take stores unnoticed: keep the buffer dirty instead.
             let r = self.state(i).update(|w| Some(w.finish_writeback(false)));
             debug_assert!(r.is_ok());
@@ -58,13 +57,7 @@ impl MappingCore {
             .iter()
             .map(|&i| {
                 // SAFETY: the write-back pin keeps writers out; the store only reads.
-                unsafe {
-                    IoBuf::new(
-                        self.ptr(i),
-                        self.valid(i),
-                        self.object_offset(i),
-                    )
-                }
+                unsafe { IoBuf::new(self.ptr(i), self.valid(i), self.object_offset(i)) }
             })
             .collect();
         let mut out = Vec::with_capacity(reqs.len());
@@ -105,7 +98,9 @@ impl MappingCore {
                 // kernel refuse, the buffer stays dirty and protected: a store then lifts the
                 // protection through its write fault, and the refusal is reported with the
                 // write's own failure.
-                if let Err(e) = self.home.protect((i << self.shift) as usize, self.bs, false)
+                if let Err(e) = self
+                    .home
+                    .protect((i << self.shift) as usize, self.bs, false)
                 {
                     errors.push(e);
                 }

@@ -255,6 +255,8 @@ pub struct Params {
     pub eviction_batch: Option<usize>,
     /// ucache systems: `CacheOptions::background_eviction`.
     pub background_eviction: bool,
+    /// ucache-pool systems: `CacheOptions::pool_huge_pages`.
+    pub pool_huge_pages: bool,
     /// ucache systems: the policy spec of the row ([`SystemRow`]); `None` for the default.
     pub policy: Option<String>,
     /// `tenants`: [`ucache::MapOptions::weight`] of tenant A and tenant B.

@@ -71,7 +71,9 @@ impl Ucache {
         if let Some(b) = p.eviction_batch {
             options = options.batch(b);
         }
-        options = options.background_eviction(p.background_eviction);
+        options = options
+            .background_eviction(p.background_eviction)
+            .pool_huge_pages(p.pool_huge_pages);
         let cache = Cache::new(options).map_err(|e| format!("Cache::new: {e}"))?;
         let store: Arc<dyn Store> = match &p.store {
             StoreKind::File => Arc::new(FileStore::direct()),
