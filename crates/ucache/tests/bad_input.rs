@@ -614,7 +614,8 @@ fn failed_reads_of_a_pool_mapping_give_their_frames_back() {
     assert!(matches!(m.pin_shared(3), Err(Error::ShortIo { .. })));
     short_reads.store(false, Ordering::Relaxed);
     assert_eq!(m.resident(), 1, "only buffer 0 is resident");
-    assert!(c.stats().read_failures >= 1 + 4 + 1 + 1);
+    // One pin, four in the batch, at least one of the stream, one short read.
+    assert!(c.stats().read_failures >= 7, "{:?}", c.stats());
     // Every frame came back: the whole chunk loads without growing the pool.
     m.ensure_cached(0, 64 * BS as u64).unwrap();
     assert_eq!((c.used(), c.pool_bytes()), (2 << 20, 2 << 20));

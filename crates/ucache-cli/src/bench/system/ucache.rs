@@ -161,7 +161,11 @@ impl Ucache {
             .expect("a mapping's buffer size is valid") as u64
             * bs as u64;
         let mapped = self.map.len() + self.tenant_b.as_ref().map_or(0, |(m, _)| m.len());
-        self.cache.used() + slack >= self.cache.budget().min(mapped)
+        // Resident buffers, not the budget in use: a pool mapping's budget is charged in
+        // whole chunks, ahead of the buffers that will fill them.
+        let held = (self.map.resident() + self.tenant_b.as_ref().map_or(0, |(m, _)| m.resident()))
+            * bs as u64;
+        held + slack >= self.cache.budget().min(mapped)
     }
 
     /// The mapping holding file buffer `idx`, and the buffer's index in it.
