@@ -1,5 +1,6 @@
-//! A mapping: one contiguous virtual range over a region of one object, cut into fixed-size
-//! buffers; buffer `i` lives at `base + i × buffer_size`.
+//! A mapping: a region of one object cut into fixed-size buffers. In place (the default),
+//! buffer `i` lives at `base + i × buffer_size` of one contiguous virtual range; on a pool
+//! mapping it lives in a frame of the cache's pool (`home.rs`, `crate::pool`).
 //!
 //! The buffer-manager protocol, on top of the state word of [`crate::state`], one file per
 //! path through it:
@@ -7,7 +8,7 @@
 //! | operation | state word transitions | file |
 //! |---|---|---|
 //! | pin (hit) | `Cached` → pins+1 (shared) or X (exclusive) | `pin.rs` |
-//! | pin (miss) | `Evicted` →[one winner] `Loading` →(read)→ `Cached`+pin; losers wait on the word | `pin.rs` |
+//! | pin (miss) | `Evicted` →[one winner] `Loading` →(read)→ `Cached`+pin; losers wait on the word | `pin.rs`, via `claim.rs` (the claim guard) and `home.rs` (where the bytes go) |
 //! | unpin | pins−1, or X cleared (+dirty, version+1) | `guard.rs` |
 //! | batched load, prefetch | as a miss, many buffers claimed before one store batch | `batch.rs`, `stream.rs` |
 //! | transparent fault | a miss without a pin; a first store sets dirty and lifts write protection | `fault.rs` |
