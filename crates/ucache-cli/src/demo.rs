@@ -42,6 +42,10 @@ How to read it:
 - ucache-explicit vs mmap is the headline: same budget, same lookups, but explicit pins and
   batched eviction instead of page faults and the kernel's LRU. Its cpu µs/op tells how much
   software each miss costs on top of the read.
+- ucache-pool is ucache-explicit over a pool mapping: a miss reads into a frame of the
+  cache's pool, faulted in once and reused by later misses, instead of a fresh page that the
+  kernel must allocate, zero and later take back. The gap between the two is what the page
+  lifecycle costs an in-place cache on this machine.
 - ucache-transparent runs mmap's very loop (plain loads through a pointer) over a transparent
   ucache mapping: misses fault into ucache's SIGBUS handler on the faulting thread.
 - raw-uring keeps 32 reads in flight per thread: the device's throughput. ucache-prefetch
@@ -73,11 +77,13 @@ pub fn run(args: &DemoArgs) -> Result<Outcome, String> {
         prefetch_depth: crate::bench::system::PREFETCH_BATCH,
         eviction_batch: None,
         no_background_eviction: false,
+        no_pool_huge_pages: false,
         file: args.file.clone(),
         json: args.json.clone(),
         plot: args.plot.clone(),
         systems: vec![
             SystemKind::UcacheExplicit,
+            SystemKind::UcachePool,
             SystemKind::UcachePrefetch,
             SystemKind::UcacheTransparent,
             SystemKind::Mmap,

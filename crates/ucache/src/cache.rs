@@ -21,6 +21,7 @@ use crate::evictor::Evictor;
 use crate::io_worker::IoWorker;
 use crate::mapping::{check_buffer_size, MapOptions, Mapping, MappingCore};
 use crate::policy::{GlobalPolicy, GuardedGlobal, MappingUsage, ProportionalGlobal};
+use crate::pool::FramePool;
 use crate::stats::{Counter, Stats, StatsSnapshot};
 use crate::store::Store;
 
@@ -72,6 +73,7 @@ pub struct CacheOptions {
     io_threads: usize,
     background_eviction: bool,
     budget_wait: Duration,
+    pool_huge_pages: bool,
 }
 
 impl CacheOptions {
@@ -85,7 +87,16 @@ impl CacheOptions {
             io_threads: default_io_threads(),
             background_eviction: true,
             budget_wait: DEFAULT_BUDGET_WAIT,
+            pool_huge_pages: true,
         }
+    }
+    /// Whether the frame pools of pool mappings ([`crate::Placement::Pool`]) ask the kernel
+    /// for transparent huge pages (`MADV_HUGEPAGE`; on by default). Their chunks are 2 MiB and
+    /// 2 MiB aligned, so each can be one huge page and one TLB entry. Off, they are advised
+    /// `MADV_NOHUGEPAGE` (for measuring what huge pages buy).
+    pub fn pool_huge_pages(mut self, on: bool) -> Self {
+        self.pool_huge_pages = on;
+        self
     }
     /// How long a load that needs memory waits when nothing can be evicted (every resident
     /// buffer pinned, loading, or vetoed by its policy) before it fails with
@@ -195,6 +206,10 @@ pub(crate) struct CacheCore {
     background_eviction: bool,
     budget_wait: Duration,
     pub(crate) profile: bool,
+    /// The frame pools of pool mappings, one per buffer size, made by the first pool
+    /// mapping of that size and kept as long as the cache (and every mapping holding one).
+    pools: ArcSwap<Vec<Arc<FramePool>>>,
+    pool_huge: bool,
     /// The process that made the cache: a forked child may not use it ([`crate::fork`]).
     pid: u32,
 }
@@ -245,6 +260,8 @@ impl Cache {
                 background_eviction: options.background_eviction,
                 budget_wait: options.budget_wait,
                 profile: options.profile,
+                pools: ArcSwap::from_pointee(Vec::new()),
+                pool_huge: options.pool_huge_pages,
                 pid: std::process::id(),
             }),
         })
@@ -306,6 +323,12 @@ impl Cache {
     /// pools of tracked mappings (whose buffers' bytes live in those pools).
     pub fn used(&self) -> u64 {
         self.core.used.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the budget that the frame pools of pool mappings hold now (whole chunks,
+    /// their frames in use or free), within [`Cache::used`].
+    pub fn pool_bytes(&self) -> u64 {
+        self.core.pools.load().iter().map(|p| p.charged()).sum()
     }
 
     pub fn stats(&self) -> StatsSnapshot {
@@ -401,7 +424,7 @@ impl CacheCore {
     fn find(&self, addr: *const u8, len: usize) -> Result<(Arc<MappingCore>, u64)> {
         let a = addr as usize;
         let list = self.mappings.load();
-        for m in list.iter() {
+        for m in list.iter().filter(|m| !m.is_pool()) {
             let base = m.base() as usize;
             if a >= base
                 && a.checked_add(len)
@@ -438,13 +461,105 @@ impl CacheCore {
     /// error ([`Error::WritebackFailed`]: those buffers stay dirty and resident); otherwise
     /// [`Error::BudgetExhausted`].
     pub(crate) fn reserve(&self, bytes: u64) -> Result<()> {
-        take_writeback_failure();
+        self.acquire(true, |strict| self.take(bytes, strict).then_some(()))
+            .map(drop)
+    }
+
+    /// Takes `bytes` of the budget: if the global policy says they fit without evicting, or,
+    /// `strict`, if they fit the budget itself.
+    fn take(&self, bytes: u64, strict: bool) -> bool {
+        if strict {
+            self.take_within_budget(bytes)
+        } else {
+            self.take_if_fits(bytes)
+        }
+    }
+
+    /// The frame of `pool` a pool mapping's load reads into: a free one, or one of a chunk
+    /// the pool grows by, charged to the budget as a whole (evicting as needed, as
+    /// [`CacheCore::reserve`]). With `wait` false, gives up (`None`) as soon as an eviction
+    /// round frees nothing, as [`CacheCore::try_reserve`].
+    pub(crate) fn reserve_frame(&self, pool: &FramePool, wait: bool) -> Result<Option<u32>> {
+        let chunk = pool.chunk_bytes();
+        self.acquire(wait, |strict| {
+            if let Some(f) = pool.pop() {
+                let low = self.evictor.low();
+                if low > 0 && self.short_of(low) {
+                    self.evictor.kick();
+                }
+                return Some(f);
+            }
+            if !self.take(chunk, strict) {
+                return None;
+            }
+            let f = pool.grow();
+            if f.is_none() {
+                self.release(chunk);
+            }
+            f
+        })
+    }
+
+    /// Gives back what a pool handed back of its chunks (see [`FramePool::put`]).
+    pub(crate) fn put_frames(&self, pool: &FramePool, frames: &[u32]) {
+        let released = pool.put(frames);
+        if released > 0 {
+            self.release(released);
+        }
+    }
+
+    /// Gives back every wholly free chunk of `pool` (see [`FramePool::trim`]).
+    pub(crate) fn put_frames_trim(&self, pool: &FramePool) {
+        let released = pool.trim();
+        if released > 0 {
+            self.release(released);
+        }
+    }
+
+    /// The frame pool of `bs`-byte buffers, made on first use. A budget smaller than one
+    /// chunk is [`Error::BudgetTooSmall`].
+    pub(crate) fn pool_for(&self, bs: usize) -> Result<Arc<FramePool>> {
+        if let Some(p) = self.pools.load().iter().find(|p| p.buffer_size() == bs) {
+            return Ok(p.clone());
+        }
+        let keep = self.batch_buffers(bs);
+        let made = Arc::new(FramePool::new(bs, self.budget, keep, self.pool_huge)?);
+        let mut out = made.clone();
+        // Two threads may make one at once: the first in the list wins, the other's
+        // (uncharged, unpopulated) is dropped.
+        self.pools.rcu(|list| {
+            if let Some(p) = list.iter().find(|p| p.buffer_size() == bs) {
+                out = p.clone();
+                return Vec::clone(list);
+            }
+            out = made.clone();
+            let mut l = Vec::clone(list);
+            l.push(made.clone());
+            l
+        });
+        Ok(out)
+    }
+
+    /// Bytes of the pools' free frames: charged to the budget, yet free for pool loads.
+    fn pools_free(&self) -> u64 {
+        self.pools.load().iter().map(|p| p.free_bytes()).sum()
+    }
+
+    /// Waits for `take` to succeed, evicting as needed: the loop of [`CacheCore::reserve`]
+    /// and [`CacheCore::reserve_frame`]. `take(strict)` tries to take what the caller
+    /// needs; `strict` asks it to take it if it fits the budget itself, whatever the global
+    /// policy would rather keep free. If nothing could be freed for `budget_wait` and the
+    /// rounds met write-backs that failed, the last such failure is the error.
+    fn acquire<T>(&self, wait: bool, mut take: impl FnMut(bool) -> Option<T>) -> Result<Option<T>> {
+        if wait {
+            take_writeback_failure();
+        }
         let mut stuck_since: Option<Instant> = None;
         let mut stalled = false;
         let mut spins = 0u32;
         loop {
-            if self.take_if_fits(bytes) {
-                return Ok(());
+            if let Some(t) = take(false) {
+                return Ok(Some(t));
             }
             if self.evict_round() > 0 {
                 stuck_since = None;
@@ -453,8 +568,11 @@ impl CacheCore {
             }
             // A global policy may ask for eviction before the budget is full; with nothing
             // evictable, that early request must not refuse what the budget still holds.
-            if self.take_within_budget(bytes) {
-                return Ok(());
+            if let Some(t) = take(true) {
+                return Ok(Some(t));
+            }
+            if !wait {
+                return Ok(None);
             }
             // Nothing evictable right now: other evictors may hold the candidates, or every
             // buffer is pinned. Back off, and give up only after a long time without progress.
@@ -487,14 +605,10 @@ impl CacheCore {
 
     /// As [`CacheCore::reserve`], but gives up as soon as an eviction round frees nothing.
     pub(crate) fn try_reserve(&self, bytes: u64) -> bool {
-        loop {
-            if self.take_if_fits(bytes) {
-                return true;
-            }
-            if self.evict_round() == 0 {
-                return self.take_within_budget(bytes);
-            }
-        }
+        matches!(
+            self.acquire(false, |strict| self.take(bytes, strict).then_some(())),
+            Ok(Some(()))
+        )
     }
 
     /// Adds `bytes` to the budget in use if they fit the budget itself, whatever the global
@@ -534,9 +648,11 @@ impl CacheCore {
     }
 
     /// Whether the global policy would evict before `bytes` more could be loaded.
+    /// The pools' free frames count as free here: they are what a pool load takes first.
     pub(crate) fn short_of(&self, bytes: u64) -> bool {
+        let used = self.used.load(Ordering::SeqCst);
         self.global
-            .need_to_evict(self.used.load(Ordering::SeqCst), bytes, self.budget)
+            .need_to_evict(used.saturating_sub(self.pools_free()), bytes, self.budget)
     }
 
     /// One eviction round on the background evictor's behalf; returns how many buffers'

@@ -20,8 +20,12 @@ pub enum Error {
     #[error("invalid length {len}: {why}")]
     BadLength { len: u64, why: &'static str },
 
-    /// A cache budget that cannot hold even one eviction batch.
-    #[error("memory budget {budget} bytes is smaller than one eviction batch ({batch} bytes)")]
+    /// A cache budget that cannot hold even one eviction batch, or, for a pool mapping
+    /// ([`crate::Placement::Pool`]), one chunk of its frame pool (`batch` is then the chunk).
+    #[error(
+        "memory budget {budget} bytes is smaller than one eviction batch or pool chunk \
+         ({batch} bytes)"
+    )]
     BudgetTooSmall { budget: u64, batch: u64 },
 
     /// Any other invalid option.
@@ -144,6 +148,14 @@ pub enum Error {
     /// A call on a mapping that was already unmapped.
     #[error("mapping was unmapped")]
     Unmapped,
+
+    /// A pool mapping ([`crate::Placement::Pool`]) was asked for what only an in-place
+    /// mapping has: transparent access, its base address, a typed slice over its memory, or
+    /// an address-based call. A pool mapping's buffers live in frames of the cache's pool,
+    /// wherever a miss put them, so there is no one address range to hand out: reach its
+    /// bytes through pins, optimistic reads, `read`, `write` and `pin_each`.
+    #[error("{what} needs an in-place mapping: a pool mapping's buffers have no fixed address")]
+    NotInPlace { what: &'static str },
 
     /// An operating system call that ucache itself made failed (mmap, madvise, ...).
     #[error("{call} failed: {source}")]

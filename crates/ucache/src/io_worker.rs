@@ -94,23 +94,27 @@ fn serve(rx: Receiver<Job>) {
         match job {
             Job::Load { mapping, indices } => {
                 let mut pending: VecDeque<u64> = indices.into();
-                mapping.load_stream(STREAM_DEPTH, &mut || loop {
-                    if let Some(i) = pending.pop_front() {
-                        return Some(i);
-                    }
-                    if stashed.is_some() {
-                        return None;
-                    }
-                    match rx.try_recv() {
-                        Ok(Job::Load {
-                            mapping: m,
-                            indices,
-                        }) if Arc::ptr_eq(&m, &mapping) => pending.extend(indices),
-                        // Another mapping's loads, or a write-back: after this stream drains.
-                        Ok(other) => stashed = Some(other),
-                        Err(_) => return None,
-                    }
-                });
+                // SAFETY: a load job's indices are claims handed over by the mapping's
+                // prefetch (`LoadClaim::into_raw`), each in one job, adopted once.
+                unsafe {
+                    mapping.load_stream(STREAM_DEPTH, &mut || loop {
+                        if let Some(i) = pending.pop_front() {
+                            return Some(i);
+                        }
+                        if stashed.is_some() {
+                            return None;
+                        }
+                        match rx.try_recv() {
+                            Ok(Job::Load {
+                                mapping: m,
+                                indices,
+                            }) if Arc::ptr_eq(&m, &mapping) => pending.extend(indices),
+                            // Another mapping's loads, or a write-back: after this stream drains.
+                            Ok(other) => stashed = Some(other),
+                            Err(_) => return None,
+                        }
+                    })
+                };
             }
             Job::Writeback { mapping, indices } => {
                 mapping.write_claimed(&indices);
@@ -123,7 +127,8 @@ fn serve(rx: Receiver<Job>) {
 fn run_alone(job: Job) {
     match job {
         Job::Load { mapping, indices } => {
-            let _ = mapping.load_claimed(&indices, None);
+            // SAFETY: as in `serve`.
+            let _ = unsafe { mapping.load_handed(&indices, None) };
         }
         Job::Writeback { mapping, indices } => {
             mapping.write_claimed(&indices);

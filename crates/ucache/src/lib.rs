@@ -21,6 +21,7 @@ mod held;
 mod io_worker;
 mod mapping;
 pub mod policy;
+mod pool;
 mod region;
 mod sigbus;
 mod staging;
@@ -40,7 +41,7 @@ pub use cache::{
 pub use error::{Bounds, Error, Result};
 pub use fault::{FaultAction, FaultHandling, FaultHook};
 pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};
-pub use mapping::{MapOptions, Mapping, UnmapError};
+pub use mapping::{MapOptions, Mapping, Placement, UnmapError};
 pub use stats::{StatsSnapshot, LATENCY_BUCKETS};
 
 /// The examples of `docs/guide.md`, run as doc tests so the guide cannot drift from the API.

@@ -1,5 +1,6 @@
-//! A mapping: one contiguous virtual range over a region of one object, cut into fixed-size
-//! buffers; buffer `i` lives at `base + i × buffer_size`.
+//! A mapping: a region of one object cut into fixed-size buffers. In place (the default),
+//! buffer `i` lives at `base + i × buffer_size` of one contiguous virtual range; on a pool
+//! mapping it lives in a frame of the cache's pool (`home.rs`, `crate::pool`).
 //!
 //! The buffer-manager protocol, on top of the state word of [`crate::state`], one file per
 //! path through it:
@@ -7,7 +8,7 @@
 //! | operation | state word transitions | file |
 //! |---|---|---|
 //! | pin (hit) | `Cached` → pins+1 (shared) or X (exclusive) | `pin.rs` |
-//! | pin (miss) | `Evicted` →[one winner] `Loading` →(read)→ `Cached`+pin; losers wait on the word | `pin.rs` |
+//! | pin (miss) | `Evicted` →[one winner] `Loading` →(read)→ `Cached`+pin; losers wait on the word | `pin.rs`, via `claim.rs` (the claim guard) and `home.rs` (where the bytes go) |
 //! | unpin | pins−1, or X cleared (+dirty, version+1) | `guard.rs` |
 //! | batched load, prefetch | as a miss, many buffers claimed before one store batch | `batch.rs`, `stream.rs` |
 //! | transparent fault | a miss without a pin; a first store sets dirty and lifts write protection | `fault.rs` |
@@ -42,9 +43,11 @@ use crate::store::{Contained, Object, OpenOptions, Store};
 
 mod aside;
 mod batch;
+mod claim;
 mod evict;
 mod fault;
 mod handle;
+mod home;
 mod lists;
 mod options;
 mod pin;
@@ -56,7 +59,8 @@ mod writeback;
 
 use aside::AsidePool;
 pub use handle::{Mapping, UnmapError};
-pub use options::MapOptions;
+use home::Home;
+pub use options::{MapOptions, Placement};
 
 const MIN_BUFFER: usize = 4096;
 const MAX_BUFFER: usize = 1 << 30;
@@ -78,7 +82,8 @@ pub(crate) struct MappingCore {
     registration: std::sync::OnceLock<Registration>,
     /// The handler threads of a transparent mapping in compatibility mode.
     fault_threads: std::sync::OnceLock<FaultThreads>,
-    region: Region,
+    /// Where buffers' bytes live: the mapping's own region, or frames of the cache's pool.
+    home: Home,
     states: Box<[BufferState]>,
     policy: Guarded,
     policy_hits: bool,
@@ -140,6 +145,21 @@ impl MappingCore {
         o: MapOptions,
     ) -> Result<MappingCore> {
         let bs = check_buffer_size(o.buffer_size)?;
+        // What the placement alone decides is checked before the store is asked, so a refused
+        // mapping creates nothing.
+        let pool = o.placement == Placement::Pool;
+        if pool && o.transparent {
+            return Err(Error::NotInPlace {
+                what: "transparent access",
+            });
+        }
+        let chunk = crate::pool::FramePool::chunk_for(bs) as u64;
+        if pool && cache.budget_bytes() < chunk {
+            return Err(Error::BudgetTooSmall {
+                budget: cache.budget_bytes(),
+                batch: chunk,
+            });
+        }
         if !o.offset.is_multiple_of(IO_ALIGN) {
             return Err(Error::BadArgument(format!(
                 "mapping offset {} is not a multiple of {IO_ALIGN}",
@@ -217,16 +237,18 @@ impl MappingCore {
         };
         let nbuf = len.div_ceil(bs as u64);
         let bytes = (nbuf * bs as u64) as usize;
-        let region = if o.transparent {
+        let home = if pool {
+            Home::pool(cache.pool_for(bs)?, nbuf)?
+        } else if o.transparent {
             if !cfg!(target_arch = "x86_64") {
                 return Err(Error::BadArgument(
                     "transparent mappings need x86-64 (the write bit of the fault)".into(),
                 ));
             }
             let sigbus = o.fault_handling == FaultHandling::OnFaultingThread;
-            Region::reserve_transparent(bytes, bs.min(2 << 20), sigbus)?
+            Home::InPlace(Region::reserve_transparent(bytes, bs.min(2 << 20), sigbus)?)
         } else {
-            Region::reserve(bytes, bs.min(2 << 20))?
+            Home::InPlace(Region::reserve(bytes, bs.min(2 << 20))?)
         };
         let mut states = Vec::new();
         if states.try_reserve_exact(nbuf as usize).is_err() {
@@ -290,7 +312,7 @@ impl MappingCore {
             len,
             bs,
             shift: bs.trailing_zeros(),
-            region,
+            home,
             states,
             writable,
             resident: AtomicU64::new(0),
@@ -309,13 +331,14 @@ impl MappingCore {
     /// Connects a transparent mapping to whoever serves its faults: the SIGBUS handler, or
     /// its own handler threads.
     pub(crate) fn register_faults(self: &Arc<Self>) -> Result<()> {
-        let Some(u) = self.region.uffd() else {
+        let Some(u) = self.home.uffd() else {
             return Ok(());
         };
         let base = self.base() as usize;
         match self.fault_handling {
             FaultHandling::OnFaultingThread => {
-                let r = crate::sigbus::register(self, base, self.region.len())?;
+                let len = self.home.region().map_or(0, Region::len);
+                let r = crate::sigbus::register(self, base, len)?;
                 let _ = self.registration.set(r);
             }
             FaultHandling::HandlerThreads(n) => {
@@ -338,8 +361,13 @@ impl MappingCore {
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
+    /// The base address of an in-place mapping; null for a pool mapping.
     pub(crate) fn base(&self) -> *mut u8 {
-        self.region.base()
+        self.home.base()
+    }
+    /// Whether buffers live in frames of the cache's pool ([`Placement::Pool`]).
+    pub(crate) fn is_pool(&self) -> bool {
+        self.home.is_pool()
     }
     pub(crate) fn len(&self) -> u64 {
         self.len
@@ -354,7 +382,7 @@ impl MappingCore {
         self.resident.load(Ordering::Relaxed)
     }
     pub(crate) fn is_transparent(&self) -> bool {
-        self.region.is_transparent()
+        self.home.is_transparent()
     }
     fn buffers(&self) -> u64 {
         self.states.len() as u64
@@ -387,7 +415,7 @@ impl MappingCore {
     #[inline]
     fn stopwatch(&self) -> Stopwatch {
         Stopwatch::new(
-            self.cache.profile && self.region.is_transparent() && crate::stopwatch::sampled(),
+            self.cache.profile && self.home.is_transparent() && crate::stopwatch::sampled(),
         )
     }
 
@@ -473,9 +501,7 @@ impl Drop for MappingCore {
             .resident
             .load(Ordering::Relaxed)
             .saturating_sub(carried);
-        if left > 0 {
-            self.cache.release(left * self.bs as u64);
-        }
+        self.give_back_resident(left);
         if let Some(pool) = &self.aside {
             pool.give_back(&self.cache);
         }

@@ -98,6 +98,18 @@ impl Region {
         Ok(r)
     }
 
+    /// Asks for transparent huge pages on the whole region (`MADV_HUGEPAGE`), or forbids them
+    /// (`MADV_NOHUGEPAGE`). Advice only: a kernel without them ignores it.
+    pub(crate) fn advise_huge(&self, huge: bool) {
+        let advice = if huge {
+            libc::MADV_HUGEPAGE
+        } else {
+            libc::MADV_NOHUGEPAGE
+        };
+        // SAFETY: advice on memory we own; failure only means the default stays.
+        unsafe { libc::madvise(self.base as *mut libc::c_void, self.len, advice) };
+    }
+
     /// The userfaultfd of a transparent region, for its handler threads.
     pub(crate) fn uffd(&self) -> Option<&Arc<Uffd>> {
         self.uffd.as_ref()

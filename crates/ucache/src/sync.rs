@@ -20,3 +20,13 @@ pub(crate) fn yield_now() {
 
 /// Whether waiters may block in the OS (false under the model checker).
 pub(crate) const CAN_PARK: bool = cfg!(not(feature = "shuttle"));
+
+/// A point where the model checker may switch threads, and a no-op otherwise: before an
+/// optimistic reader's reads of the buffer, which are plain memory the checker cannot see.
+/// Without it, those reads would always run right after the word was loaded, and the model
+/// could never put a frame's reuse (or a writer) between the two.
+#[inline(always)]
+pub(crate) fn model_switch_point() {
+    #[cfg(feature = "shuttle")]
+    shuttle::thread::yield_now();
+}

@@ -36,7 +36,10 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use ucache::policy::{policy_by_name, Buffers, Layout, Policy, POLICY_NAMES};
 use ucache::store::{FaultConfig, FaultStore, MemoryStore};
-use ucache::{Bounds, Cache, CacheOptions, Error, FaultHandling, MapOptions, Mapping};
+use ucache::{Bounds, Cache, CacheOptions, Error, FaultHandling, MapOptions, Mapping, Placement};
+
+/// Bytes per chunk of a frame pool (2 MiB, or one buffer if larger).
+const POOL_CHUNK: u64 = 2 << 20;
 
 mod common;
 
@@ -80,6 +83,11 @@ struct Cfg {
     neighbour: bool,
     /// The first `unmap` runs with the store's writes failing.
     end_fail: bool,
+    /// `Placement::Pool`: buffers live in frames of the cache's pool.
+    pool: bool,
+    /// A pool mapping's budget gets a pool chunk on top of `budget_bufs` (else it is too
+    /// small for one, and `map` refuses).
+    pool_room: bool,
     /// A built-in policy by its index in `POLICY_NAMES`, refusing admission to buffers whose
     /// index is a multiple of the second number (0: admits all); `None`: the default.
     policy: Option<(usize, u64)>,
@@ -168,6 +176,7 @@ fn cfg_strategy() -> impl Strategy<Value = Cfg> {
             0.4,
             (0..POLICY_NAMES.len(), prop_oneof![Just(0u64), 1u64..4]),
         ),
+        (prop::bool::weighted(0.3), prop::bool::weighted(0.85)),
     )
         .prop_map(
             |(
@@ -178,6 +187,7 @@ fn cfg_strategy() -> impl Strategy<Value = Cfg> {
                 sane,
                 (handler_threads, neighbour, end_fail),
                 policy,
+                (pool, pool_room),
             )| {
                 let mut c = Cfg {
                     bs_shift,
@@ -198,6 +208,8 @@ fn cfg_strategy() -> impl Strategy<Value = Cfg> {
                     neighbour,
                     end_fail,
                     policy,
+                    pool,
+                    pool_room,
                 };
                 if sane {
                     c.make_sane();
@@ -210,11 +222,17 @@ fn cfg_strategy() -> impl Strategy<Value = Cfg> {
 /// What `map` must answer for `cfg`: the mapping's length, or the error it refuses with.
 #[derive(Debug)]
 enum MapExpect {
-    Ok { len: u64 },
+    Ok {
+        len: u64,
+    },
     BadArgument,
     BadLength,
     NotFound,
     BeyondObject,
+    /// A pool mapping asked for transparent access.
+    NotInPlace,
+    /// A pool mapping whose budget cannot hold one chunk of frames.
+    PoolTooSmall,
 }
 
 impl Cfg {
@@ -222,6 +240,12 @@ impl Cfg {
     /// shape: the length stays default, a page count or a byte count.
     fn make_sane(&mut self) {
         self.misaligned = false;
+        if self.pool {
+            self.pool_room = true;
+            self.transparent = false;
+            self.track = false;
+            self.handler_threads = false;
+        }
         self.batch = self.batch.min(self.budget_bufs as usize);
         if self.create && !self.writable {
             self.create = false;
@@ -264,6 +288,16 @@ impl Cfg {
     fn bs(&self) -> u64 {
         1 << self.bs_shift
     }
+    /// The cache's budget: `budget_bufs` buffers, and a pool chunk more for a pool mapping
+    /// given room for one.
+    fn budget(&self) -> u64 {
+        self.budget_bufs * self.bs()
+            + if self.pool && self.pool_room {
+                POOL_CHUNK
+            } else {
+                0
+            }
+    }
     fn offset(&self) -> u64 {
         self.off_pages * 4096 + if self.misaligned { 512 } else { 0 }
     }
@@ -292,7 +326,12 @@ impl Cfg {
             .create(self.create)
             .transparent(self.transparent)
             .track_access(self.track)
-            .readahead(self.readahead);
+            .readahead(self.readahead)
+            .placement(if self.pool {
+                Placement::Pool
+            } else {
+                Placement::InPlace
+            });
         if let Some((k, refuse_every)) = self.policy {
             o = o.policy(Box::new(Picky {
                 inner: policy_by_name(POLICY_NAMES[k]).expect("a built-in policy"),
@@ -309,6 +348,12 @@ impl Cfg {
     }
     /// `MappingCore::new`'s checks, in its order, as its docs state them.
     fn expect(&self) -> MapExpect {
+        if self.pool && self.transparent {
+            return MapExpect::NotInPlace;
+        }
+        if self.pool && self.budget() < POOL_CHUNK.max(self.bs()) {
+            return MapExpect::PoolTooSmall;
+        }
         let offset = self.offset();
         if !offset.is_multiple_of(4096) {
             return MapExpect::BadArgument;
@@ -622,6 +667,8 @@ struct Harness {
     budget: u64,
     writable: bool,
     transparent: bool,
+    /// A pool mapping: no addresses, and its budget held in chunks.
+    pool: bool,
     log: Vec<String>,
     neighbour: Option<Mapping>,
     /// Bytes stored past the mapping's end in its last buffer, per byte (they may read back
@@ -752,10 +799,20 @@ impl Harness {
         if !self.tracked {
             // Every byte in use is a resident buffer's (IO threads and the evictor may be
             // between their two counters for a moment).
+            // A pool holds whole chunks, whatever of them its buffers use.
+            let pool = self.cache.pool_bytes();
             let expected = || {
-                self.m.resident() * self.bs
-                    + self.neighbour.as_ref().map_or(0, |n| n.resident() * 4096)
+                let mine = if self.pool {
+                    pool
+                } else {
+                    self.m.resident() * self.bs
+                };
+                mine + self.neighbour.as_ref().map_or(0, |n| n.resident() * 4096)
             };
+            assert!(
+                self.m.resident() * self.bs <= pool || !self.pool,
+                "{what}: a pool mapping's buffers outgrew its pool"
+            );
             let mut tries = 0;
             while self.cache.used() != expected() {
                 tries += 1;
@@ -1277,7 +1334,14 @@ impl Harness {
     fn slice(&mut self, rg: Rg, byte: u8, what: &str) {
         let (off, n) = self.range(rg);
         let (s, e) = (off as usize, (off + n) as usize);
-        if !self.transparent {
+        if self.pool {
+            let r = if self.writable {
+                self.m.as_mut_slice::<u8>().map(|_| ())
+            } else {
+                self.m.as_slice::<u8>().map(|_| ())
+            };
+            assert!(matches!(r, Err(Error::NotInPlace { .. })), "{what}: {r:?}");
+        } else if !self.transparent {
             let r = if self.writable {
                 self.m.as_mut_slice::<u8>().map(|_| ())
             } else {
@@ -1434,8 +1498,8 @@ impl Harness {
             AddrOp::Msync => self.cache.msync(addr, n),
         };
         let rg = (off, n as u64);
-        if !self.in_range(rg) {
-            // The address calls have only the address to name.
+        if !self.in_range(rg) || self.pool {
+            // The address calls have only the address to name; a pool mapping has none.
             let want = Bounds::Address {
                 addr: addr as usize,
                 len: n,
@@ -1620,7 +1684,7 @@ fn is_read_failure(e: &Error) -> bool {
 /// Builds the cache and mapping of `cfg`; `None` when `map` refused as expected.
 fn setup(cfg: &Cfg) -> Option<Harness> {
     let bs = cfg.bs();
-    let budget = cfg.budget_bufs * bs;
+    let budget = cfg.budget();
     let cache = Cache::new(
         CacheOptions::new(budget)
             .batch(cfg.batch)
@@ -1665,12 +1729,15 @@ fn setup(cfg: &Cfg) -> Option<Harness> {
             assert_eq!(m.buffers(), len.div_ceil(bs), "buffers");
             assert_eq!(m.is_writable(), cfg.writable);
             assert_eq!(m.is_transparent(), cfg.transparent);
+            assert_eq!(m.placement() == Placement::Pool, cfg.pool);
             (m, *len)
         }
         (MapExpect::BadArgument, Err(Error::BadArgument(_)))
         | (MapExpect::BadLength, Err(Error::BadLength { .. }))
         | (MapExpect::NotFound, Err(Error::NotFound { .. }))
-        | (MapExpect::BeyondObject, Err(Error::BeyondObject { .. })) => {
+        | (MapExpect::BeyondObject, Err(Error::BeyondObject { .. }))
+        | (MapExpect::NotInPlace, Err(Error::NotInPlace { .. }))
+        | (MapExpect::PoolTooSmall, Err(Error::BudgetTooSmall { .. })) => {
             // Refused: the object is as it was (not created, not grown).
             let now = mem.get(NAME);
             if cfg.absent {
@@ -1726,6 +1793,7 @@ fn setup(cfg: &Cfg) -> Option<Harness> {
         budget,
         writable: cfg.writable,
         transparent: cfg.transparent,
+        pool: cfg.pool,
         log: Vec::new(),
         neighbour,
         tail_stored: vec![Vec::new(); (nbuf * bs - len) as usize],
@@ -1776,9 +1844,12 @@ fn finish(h: Harness) {
                     all[..] == obj[s..s + len as usize],
                     "a failed unmap lost data"
                 );
-                cache
-                    .msync(m.as_ptr(), len as usize)
-                    .unwrap_or_else(|e| panic!("Cache::msync after a failed unmap: {e:?}"));
+                if m.placement() == Placement::Pool {
+                    m.msync(0, len)
+                } else {
+                    cache.msync(m.as_ptr(), len as usize)
+                }
+                .unwrap_or_else(|e| panic!("msync after a failed unmap: {e:?}"));
                 Some(m)
             }
         }

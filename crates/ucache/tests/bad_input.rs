@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ucache::store::{MemoryStore, Object, Store};
-use ucache::{Cache, CacheOptions, Error, MapOptions};
+use ucache::{Cache, CacheOptions, Error, MapOptions, Placement};
 
 const BS: usize = 4096;
 
@@ -503,4 +503,100 @@ fn lengths_beyond_the_address_space_are_refused() {
             "{bs} x {len}: {r:?}"
         );
     }
+}
+
+/// A pool mapping has no addresses: transparent access, the base address, typed slices and
+/// the address-based calls are refused with a typed error, and a refused map leaves nothing
+/// allocated.
+#[test]
+fn pool_mappings_refuse_what_only_in_place_mappings_have() {
+    let c = Cache::new(CacheOptions::new(4 << 20)).unwrap();
+    let s = Arc::new(store_with("o", 64 * BS));
+    let pool = || MapOptions::new().placement(Placement::Pool);
+    let r = c.map(s.clone(), "o", pool().transparent(true));
+    assert!(
+        matches!(
+            r,
+            Err(Error::NotInPlace {
+                what: "transparent access"
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!(
+        (c.used(), c.pool_bytes()),
+        (0, 0),
+        "a refused map holds nothing"
+    );
+    let m = c.map(s, "o", pool()).unwrap();
+    assert_eq!(m.placement(), Placement::Pool);
+    assert!(matches!(m.try_as_ptr(), Err(Error::NotInPlace { .. })));
+    assert!(m.as_ptr().is_null(), "no base address to hand out");
+    assert!(matches!(m.as_slice::<u64>(), Err(Error::NotInPlace { .. })));
+    // Loaded, it is still found by no address.
+    drop(m.pin_shared(3).unwrap());
+    let local = [0u8; 16];
+    assert!(matches!(
+        c.ensure_cached(local.as_ptr(), 16),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        c.msync(std::ptr::null::<u8>().wrapping_add(3 * BS), 16),
+        Err(Error::OutOfRange { .. })
+    ));
+    m.unmap().unwrap();
+    assert_eq!((c.used(), c.pool_bytes()), (0, 0));
+}
+
+/// A pool grows in chunks of 2 MiB (or one buffer, if larger): a budget that cannot hold
+/// one is refused at `map`, before anything is allocated.
+#[test]
+fn a_budget_too_small_for_one_pool_chunk_is_refused() {
+    let c = Cache::new(CacheOptions::new(1 << 20)).unwrap();
+    let s = Arc::new(store_with("o", 64 * BS));
+    let r = c.map(s.clone(), "o", MapOptions::new().placement(Placement::Pool));
+    assert!(
+        matches!(r, Err(Error::BudgetTooSmall { budget, batch }) if budget == 1 << 20 && batch == 2 << 20),
+        "{r:?}"
+    );
+    assert_eq!((c.used(), c.pool_bytes()), (0, 0));
+    // The same budget serves in-place mappings.
+    let m = c.map(s, "o", MapOptions::new()).unwrap();
+    assert_eq!(m.pin_shared(5).unwrap()[0], 5);
+}
+
+/// Failed reads into a frame give the frame back to the pool and count the failure; a retry
+/// reads the right bytes.
+#[test]
+fn failed_reads_of_a_pool_mapping_give_their_frames_back() {
+    let (_, s, [fail_reads, short_reads, _]) = flaky(64 * BS);
+    let c = Cache::new(CacheOptions::new(2 << 20).batch(8)).unwrap();
+    let m = c
+        .map(s, "o", MapOptions::new().placement(Placement::Pool))
+        .unwrap();
+    drop(m.pin_shared(0).unwrap());
+    assert_eq!(c.used(), 2 << 20, "one chunk, charged whole");
+    fail_reads.store(true, Ordering::Relaxed);
+    assert!(matches!(m.pin_shared(3), Err(Error::Io { op: "read", .. })));
+    assert!(matches!(
+        m.ensure_cached(4 * BS as u64, 4 * BS as u64),
+        Err(Error::Io { .. })
+    ));
+    let e = m.pin_each([9, 10], 2, |_, _| ()).unwrap_err();
+    assert!(matches!(e, Error::Io { .. }), "{e}");
+    fail_reads.store(false, Ordering::Relaxed);
+    short_reads.store(true, Ordering::Relaxed);
+    assert!(matches!(m.pin_shared(3), Err(Error::ShortIo { .. })));
+    short_reads.store(false, Ordering::Relaxed);
+    assert_eq!(m.resident(), 1, "only buffer 0 is resident");
+    // One pin, four in the batch, at least one of the stream, one short read.
+    assert!(c.stats().read_failures >= 7, "{:?}", c.stats());
+    // Every frame came back: the whole chunk loads without growing the pool.
+    m.ensure_cached(0, 64 * BS as u64).unwrap();
+    assert_eq!((c.used(), c.pool_bytes()), (2 << 20, 2 << 20));
+    for i in 0..64 {
+        assert!(m.pin_shared(i).unwrap().iter().all(|&b| b as u64 == i));
+    }
+    m.unmap().unwrap();
+    assert_eq!(c.used(), 0);
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use ucache::store::MemoryStore;
-use ucache::{Cache, CacheOptions, MapOptions};
+use ucache::{Cache, CacheOptions, MapOptions, Placement};
 
 const BS: usize = 4096;
 const BUDGET_BUFFERS: u64 = 256;
@@ -38,7 +38,12 @@ fn check(buf: &[u8], index: u64) -> u64 {
 #[test]
 fn stress_every_byte_verified() {
     let cache = Cache::new(CacheOptions::new(BUDGET_BUFFERS * BS as u64).batch(32)).unwrap();
-    stress(cache, 32, false);
+    stress(
+        &cache,
+        32 * BS as u64,
+        Some(false),
+        &[Spec::new(Placement::InPlace, BS, BUFFERS)],
+    );
 }
 
 /// The background evictor engaged (64 batches of 4 fit the budget) evicts alongside the
@@ -48,25 +53,102 @@ fn stress_every_byte_verified_with_the_background_evictor() {
     let batch = 4;
     assert!(BUDGET_BUFFERS / batch as u64 >= ucache::BACKGROUND_EVICTION_BATCHES);
     let cache = Cache::new(CacheOptions::new(BUDGET_BUFFERS * BS as u64).batch(batch)).unwrap();
-    stress(cache, batch, true);
+    stress(
+        &cache,
+        (batch * BS) as u64,
+        Some(true),
+        &[Spec::new(Placement::InPlace, BS, BUFFERS)],
+    );
 }
 
-fn stress(cache: Cache, batch: usize, ahead: bool) {
-    let store = MemoryStore::new();
-    let mut data = vec![0u8; BUFFERS as usize * BS];
-    for (i, b) in data.chunks_exact_mut(BS).enumerate() {
-        stamp(b, i as u64, 0);
+/// A pool mapping 16× its budget (two chunks of frames), frames reused by every miss.
+#[test]
+fn stress_pool_every_byte_verified() {
+    let budget = 4u64 << 20;
+    let cache = Cache::new(CacheOptions::new(budget).batch(32)).unwrap();
+    let buffers = 16 * budget / BS as u64;
+    stress(
+        &cache,
+        32 * BS as u64,
+        None,
+        &[Spec::new(Placement::Pool, BS, buffers)],
+    );
+    assert_eq!(cache.pool_bytes(), 0, "unmap gave the pool's chunks back");
+}
+
+/// Pool and in-place mappings of different buffer sizes share one budget (16× smaller than
+/// their data together): memory moves between them in chunks, and every byte stays right.
+#[test]
+fn stress_pool_and_in_place_of_different_sizes_share_one_budget() {
+    let budget = 8u64 << 20;
+    let cache = Cache::new(CacheOptions::new(budget).batch_bytes(128 << 10)).unwrap();
+    let bytes = |share: u64| 16 * budget * share / 4;
+    stress(
+        &cache,
+        128 << 10,
+        None,
+        &[
+            Spec::new(Placement::Pool, BS, bytes(2) / BS as u64),
+            Spec::new(Placement::InPlace, 16 << 10, bytes(1) / (16 << 10)),
+            Spec::new(Placement::Pool, 16 << 10, bytes(1) / (16 << 10)),
+        ],
+    );
+    assert_eq!(cache.pool_bytes(), 0, "unmap gave the pools' chunks back");
+}
+
+/// One mapping of a stress run.
+struct Spec {
+    placement: Placement,
+    bs: usize,
+    buffers: u64,
+}
+
+impl Spec {
+    fn new(placement: Placement, bs: usize, buffers: u64) -> Spec {
+        Spec {
+            placement,
+            bs,
+            buffers,
+        }
     }
-    store.insert("db", data);
-    let m = cache
-        .map(
-            Arc::new(store.clone()),
-            "db",
-            MapOptions::new().writable(true),
-        )
-        .unwrap();
-    // The counter each buffer must hold: only an exclusive pin holder changes it.
-    let ledger: Vec<AtomicU64> = (0..BUFFERS).map(|_| AtomicU64::new(0)).collect();
+}
+
+/// A mapping under stress, its store and the counter each buffer must hold (only an
+/// exclusive pin holder changes it).
+struct Target {
+    m: ucache::Mapping,
+    store: MemoryStore,
+    bs: usize,
+    ledger: Vec<AtomicU64>,
+}
+
+/// `THREADS` threads pin, write and read optimistically the buffers of every mapping in
+/// `specs` at random; resident memory never exceeds the budget by more than `batch_bytes`;
+/// at the end every buffer in memory and in the store holds its ledger's counter. `ahead`:
+/// whether the background evictor must (or must not) have engaged, if that is known.
+fn stress(cache: &Cache, batch_bytes: u64, ahead: Option<bool>, specs: &[Spec]) {
+    let targets: Vec<Target> = specs
+        .iter()
+        .map(|sp| {
+            let store = MemoryStore::new();
+            let mut data = vec![0u8; sp.buffers as usize * sp.bs];
+            for (i, b) in data.chunks_exact_mut(sp.bs).enumerate() {
+                stamp(b, i as u64, 0);
+            }
+            store.insert("db", data);
+            let opts = MapOptions::new()
+                .writable(true)
+                .buffer_size(sp.bs)
+                .placement(sp.placement);
+            let m = cache.map(Arc::new(store.clone()), "db", opts).unwrap();
+            Target {
+                m,
+                store,
+                bs: sp.bs,
+                ledger: (0..sp.buffers).map(|_| AtomicU64::new(0)).collect(),
+            }
+        })
+        .collect();
     let peak = AtomicU64::new(0);
     let seconds = if cfg!(debug_assertions) { 4 } else { 8 };
     let deadline = Instant::now() + Duration::from_secs(seconds);
@@ -74,16 +156,20 @@ fn stress(cache: Cache, batch: usize, ahead: bool) {
 
     std::thread::scope(|s| {
         for t in 0..THREADS {
-            let (m, ledger, peak, ops, cache) = (&m, &ledger, &peak, &ops, &cache);
+            let (targets, peak, ops) = (&targets, &peak, &ops);
+            let cache = cache.clone();
             s.spawn(move || {
                 let mut rng = SmallRng::seed_from_u64(t);
                 let mut n = 0u64;
                 while Instant::now() < deadline {
+                    let tg = &targets[rng.gen_range(0..targets.len())];
+                    let (m, ledger, bs) = (&tg.m, &tg.ledger, tg.bs);
+                    let buffers = ledger.len() as u64;
                     // Skewed choice so some buffers are hot and contended.
                     let i = if rng.gen_bool(0.3) {
                         rng.gen_range(0..16)
                     } else {
-                        rng.gen_range(0..BUFFERS)
+                        rng.gen_range(0..buffers)
                     };
                     match rng.gen_range(0..10) {
                         0..=4 => {
@@ -104,7 +190,7 @@ fn stress(cache: Cache, batch: usize, ahead: bool) {
                         }
                         8 => {
                             // Two pins at once, in index order, as a B-tree descent would.
-                            let j = (i + 1 + rng.gen_range(0..64)) % BUFFERS;
+                            let j = (i + 1 + rng.gen_range(0..64)) % buffers;
                             let (a, b) = (i.min(j), i.max(j));
                             let ga = m.pin_shared(a).unwrap();
                             let gb = m.pin_shared(b).unwrap();
@@ -116,8 +202,8 @@ fn stress(cache: Cache, batch: usize, ahead: bool) {
                                 .read_optimistic(i, |v| {
                                     let idx = v.read_u64(0);
                                     let c = v.read_u64(8);
-                                    let idx2 = v.read_u64(BS - 16);
-                                    let c2 = v.read_u64(BS - 8);
+                                    let idx2 = v.read_u64(bs - 16);
+                                    let c2 = v.read_u64(bs - 8);
                                     (idx, c, idx2, c2)
                                 })
                                 .unwrap();
@@ -135,15 +221,18 @@ fn stress(cache: Cache, batch: usize, ahead: bool) {
         }
     });
 
-    let budget = BUDGET_BUFFERS * BS as u64;
-    assert!(peak.load(Ordering::Relaxed) <= budget + (batch * BS) as u64);
+    let budget = cache.budget();
+    assert!(peak.load(Ordering::Relaxed) <= budget + batch_bytes);
     let st = cache.stats();
-    assert!(st.evictions > BUDGET_BUFFERS, "the test must evict: {st:?}");
-    assert_eq!(
-        st.evictions_ahead > 0,
-        ahead,
-        "the background evictor engages only where the budget holds enough batches: {st:?}"
-    );
+    let budget_buffers = budget / specs.iter().map(|s| s.bs as u64).max().unwrap();
+    assert!(st.evictions > budget_buffers, "the test must evict: {st:?}");
+    if let Some(ahead) = ahead {
+        assert_eq!(
+            st.evictions_ahead > 0,
+            ahead,
+            "the background evictor engages only where the budget holds enough batches: {st:?}"
+        );
+    }
     assert!(
         st.writebacks > 0,
         "dirty buffers must be written back: {st:?}"
@@ -159,16 +248,18 @@ fn stress(cache: Cache, batch: usize, ahead: bool) {
         st.waits
     );
     // Everything still in memory is verified, then written back and verified in the store.
-    for i in 0..BUFFERS {
-        let g = m.pin_shared(i).unwrap();
-        assert_eq!(check(&g, i), ledger[i as usize].load(Ordering::Relaxed));
+    for tg in targets {
+        for i in 0..tg.ledger.len() as u64 {
+            let g = tg.m.pin_shared(i).unwrap();
+            assert_eq!(check(&g, i), tg.ledger[i as usize].load(Ordering::Relaxed));
+        }
+        tg.m.unmap().unwrap();
+        let data = tg.store.get("db").unwrap();
+        for (i, b) in data.chunks_exact(tg.bs).enumerate() {
+            assert_eq!(check(b, i as u64), tg.ledger[i].load(Ordering::Relaxed));
+        }
     }
-    m.unmap().unwrap();
     assert_eq!(cache.used(), 0, "unmap releases the whole budget");
-    let data = store.get("db").unwrap();
-    for (i, b) in data.chunks_exact(BS).enumerate() {
-        assert_eq!(check(b, i as u64), ledger[i].load(Ordering::Relaxed));
-    }
 }
 
 #[test]

@@ -90,6 +90,11 @@ pub struct BenchArgs {
     /// themselves.
     #[arg(long)]
     pub no_background_eviction: bool,
+    /// ucache-pool systems: 4 KiB pages for the frame pool
+    /// (`CacheOptions::pool_huge_pages(false)`) instead of transparent huge pages, to measure
+    /// what huge pages buy.
+    #[arg(long)]
+    pub no_pool_huge_pages: bool,
     /// Data file [default: /var/tmp/ucache-bench-<data>.dat]. Must be on a real disk (not
     /// tmpfs); created or rewritten if missing, of the wrong size, or not holding the pattern.
     #[arg(long)]
@@ -411,6 +416,7 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
             |b| json!(b)
         ),
         "background_eviction": !args.no_background_eviction,
+        "pool_huge_pages": !args.no_pool_huge_pages,
         "file": if s3_upload.is_some() { serde_json::Value::Null } else { json!(path) },
         "json": args.json,
         "plot": args.plot_path(),
@@ -638,6 +644,9 @@ fn run_worker(
     }
     if args.no_background_eviction {
         cmd.arg("--no-background-eviction");
+    }
+    if args.no_pool_huge_pages {
+        cmd.arg("--no-pool-huge-pages");
     }
     if let Some(e) = &args.endpoint {
         cmd.args(["--endpoint", e]);

@@ -52,6 +52,8 @@ pub struct WorkerArgs {
     pub eviction_batch: Option<usize>,
     #[arg(long)]
     pub no_background_eviction: bool,
+    #[arg(long)]
+    pub no_pool_huge_pages: bool,
     /// A cgroup directory to join before touching the data.
     #[arg(long)]
     pub cgroup: Option<PathBuf>,
@@ -437,6 +439,7 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
         prefetch_depth: args.prefetch_depth.max(1),
         eviction_batch: args.eviction_batch,
         background_eviction: !args.no_background_eviction,
+        pool_huge_pages: !args.no_pool_huge_pages,
         policy: args.policy.clone(),
         tenant_weights: [
             args.tenant_weights.first().copied().unwrap_or(1),
@@ -645,6 +648,7 @@ mod warm_tests {
             prefetch_depth: 32,
             eviction_batch: None,
             no_background_eviction: false,
+            no_pool_huge_pages: false,
             cgroup: Some(cgroup),
             record: None,
             policy: None,

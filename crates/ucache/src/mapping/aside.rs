@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+use super::claim::LoadClaim;
 use super::MappingCore;
 use crate::cache::CacheCore;
 use crate::error::Result;
@@ -235,14 +236,11 @@ impl MappingCore {
                 let _ = s.update(|w| Some(w.cancel_evict()));
                 break;
             };
-            let at = (i << self.shift) as usize;
             // SAFETY: buffer i is Cached-then-Evicting and ours: its pages are all present
             // (transparent buffers are installed whole) and no store can change them (it is
             // clean, so write-protected, and a write fault waits while it is Evicting); the
             // slot is ours until released.
-            unsafe {
-                std::ptr::copy_nonoverlapping(self.region.at(at), pool.slot_addr(slot), self.bs)
-            };
+            unsafe { std::ptr::copy_nonoverlapping(self.ptr(i), pool.slot_addr(slot), self.bs) };
             set.push(i);
         }
         let mut freed = 0;
@@ -253,7 +251,8 @@ impl MappingCore {
         if !set.is_empty() {
             // Ranges that could not be dropped keep their buffers cached (their pages are
             // still there); the others are set aside.
-            let kept = match self.region.drop_ranges(&ranges) {
+            let region = self.home.region().expect("set-aside buffers are in place");
+            let kept = match region.drop_ranges(&ranges) {
                 Ok(()) => Vec::new(),
                 Err((kept, _)) => kept,
             };
@@ -292,11 +291,11 @@ impl MappingCore {
         dirty: bool,
         sw: &mut Stopwatch,
     ) -> Result<bool> {
-        let Some(claimed) = seen.begin_restore() else {
+        let Some(claimed_word) = seen.begin_restore() else {
             return Ok(false);
         };
         let s = self.state(i);
-        if s.cas(seen, claimed).is_err() {
+        if s.cas(seen, claimed_word).is_err() {
             return Ok(false);
         }
         let pool = self
@@ -317,23 +316,22 @@ impl MappingCore {
             return Err(e);
         }
         pool.uncarry(1);
+        // From here on a load claim with its room (the budget just reserved; the buffer was
+        // counted resident all along), undone as any load's if it fails.
+        // SAFETY: buffer i is Loading and ours, its budget reserved; adopted once, here.
+        let mut claim = unsafe { LoadClaim::adopt(self, i) };
         sw.lap(self.stats(), Counter::FaultEvictNs);
         let slot = pool.slot_of[i as usize].load(Ordering::Relaxed);
-        let at = (i << self.shift) as usize;
         // SAFETY: the slot holds the buffer's bytes and is ours (the buffer is Loading and
         // ours); the buffer's pages in the mapping are absent, as install requires.
-        let r = unsafe {
-            self.region
-                .install(at, pool.slot_addr(slot), self.bs, dirty)
-        };
+        let r = unsafe { self.install(i, pool.slot_addr(slot), self.bs, dirty) };
         pool.release(i);
         if r.is_err() {
             // Installing failed (out of memory?); read it as a miss would, budget still held.
-            if let Err(e) = self.read_claimed(i, dirty, sw) {
+            if let Err(e) = claim.fill(dirty, sw) {
                 // Evicted for good now: the policy, which still held it (a set-aside buffer
                 // stays resident to the policy), lets go of it as of any eviction.
                 self.policy.on_evict(i);
-                self.fail_load(i);
                 return Err(e);
             }
         }
@@ -342,12 +340,15 @@ impl MappingCore {
         if self.policy_hits {
             self.policy.on_hit(i);
         }
-        let r = s.update(|w| {
+        claim.publish_with(false, |w| {
             let c = w.finish_load(pin, false);
             let c = c.touch().unwrap_or(c);
-            Some(if dirty { c.mark_dirty() } else { c })
+            if dirty {
+                c.mark_dirty()
+            } else {
+                c
+            }
         });
-        debug_assert!(r.is_ok());
         Ok(true)
     }
 }

@@ -3,15 +3,15 @@
 //! or, for buffers the policy does not admit, around it.
 
 use std::io;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::claim::LoadClaim;
 use super::{take_result, zero_tail, MappingCore};
 use crate::error::{Error, Result};
 use crate::io_worker::Job;
 use crate::staging::with_staging;
-use crate::state::{BufferState, Phase, Pin};
+use crate::state::{Phase, Pin};
 use crate::stats::Counter;
 use crate::store::IoBuf;
 
@@ -23,9 +23,9 @@ const PREFETCH_JOB_BYTES: usize = 128 << 10;
 pub(super) const STAGING_BYTES: usize = 16 << 20;
 
 /// What [`MappingCore::claim_loads`] got.
-struct Claims {
-    /// Buffers now `Loading` and ours, their budget reserved.
-    claimed: Vec<u64>,
+struct Claims<'a> {
+    /// Buffers now `Loading` and ours, their room taken.
+    claimed: Vec<LoadClaim<'a>>,
     /// Buffers another thread is loading or evicting.
     others: Vec<u64>,
     /// Claiming stopped short at `indices[consumed]`: memory could not be had without
@@ -46,7 +46,12 @@ impl MappingCore {
     /// nothing claimed yet waits; otherwise claiming stops, and the caller loads what it has.
     /// `missed` is an index whose miss the policy has already been told of (the one a demand
     /// claim stopped at, claimed again).
-    fn claim_loads(&self, indices: &[u64], demand: bool, missed: Option<u64>) -> Result<Claims> {
+    fn claim_loads(
+        &self,
+        indices: &[u64],
+        demand: bool,
+        missed: Option<u64>,
+    ) -> Result<Claims<'_>> {
         let mut claimed = Vec::new();
         let mut others = Vec::new();
         let mut stopped = false;
@@ -65,30 +70,22 @@ impl MappingCore {
                 }
                 continue;
             }
-            let Some(l) = w.begin_load() else {
+            let Some(mut c) = self.claim_load(i, w) else {
                 others.push(i);
                 continue;
             };
-            if s.cas(w, l).is_err() {
-                others.push(i);
-                continue;
-            }
             if demand && missed != Some(i) {
                 self.policy.on_miss(i);
             }
             // A prefetch never waits for memory: when nothing can be evicted now (the budget is
-            // held by pins or by this very batch's loads), it stops here.
-            match self.reserve_claimed(s, demand && claimed.is_empty()) {
-                Ok(true) => claimed.push(i),
-                Ok(false) => {
-                    stopped = true;
-                    consumed = k;
-                    break;
-                }
-                Err(e) => {
-                    self.abandon_claims(&claimed);
-                    return Err(e);
-                }
+            // held by pins or by this very batch's loads), it stops here. On an error the
+            // claims taken so far undo themselves as they drop.
+            if c.take_room(demand && claimed.is_empty())? {
+                claimed.push(c);
+            } else {
+                stopped = true;
+                consumed = k;
+                break;
             }
         }
         Ok(Claims {
@@ -99,48 +96,22 @@ impl MappingCore {
         })
     }
 
-    /// Reserves the budget for a buffer this thread just claimed (`Loading`), waiting for
-    /// memory if `wait`, else giving up at once (`Ok(false)`). On failure the claim is undone.
-    pub(super) fn reserve_claimed(&self, s: &BufferState, wait: bool) -> Result<bool> {
-        let got = if wait {
-            self.cache.reserve(self.bs as u64).map(|()| true)
-        } else {
-            Ok(self.cache.try_reserve(self.bs as u64))
-        };
-        match got {
-            Ok(true) => {
-                self.resident.fetch_add(1, Ordering::Relaxed);
-                Ok(true)
-            }
-            other => {
-                let _ = s.update(|w| Some(w.abort_load()));
-                other
-            }
-        }
-    }
-
-    fn abandon_claims(&self, claimed: &[u64]) {
-        for &i in claimed {
-            let _ = self.state(i).update(|w| Some(w.abort_load()));
-            self.resident.fetch_sub(1, Ordering::Relaxed);
-            self.cache.release(self.bs as u64);
-        }
-    }
-
     /// Reads claimed (`Loading`) buffers in one store batch and publishes them. `demand` is
     /// when a demand load began claiming them (its misses' latency, eviction included), `None`
     /// for a prefetch. Returns the first error; every failed buffer goes back to `Evicted`.
-    pub(crate) fn load_claimed(&self, claimed: &[u64], demand: Option<Instant>) -> Result<()> {
+    pub(super) fn load_claimed(
+        &self,
+        claimed: Vec<LoadClaim<'_>>,
+        demand: Option<Instant>,
+    ) -> Result<()> {
         if claimed.is_empty() {
             return Ok(());
         }
         let prefetched = demand.is_none();
-        let (ok, first) = if self.region.is_transparent() {
+        let (ok, first) = if self.home.is_transparent() {
             self.read_batch_staged(claimed, prefetched)
         } else {
-            self.read_batch_at(claimed, prefetched, |_, i| {
-                self.region.at((i << self.shift) as usize)
-            })
+            self.read_batch_at(claimed, prefetched, None)
         };
         let st = self.stats();
         st.add(
@@ -160,60 +131,65 @@ impl MappingCore {
 
     /// [`MappingCore::read_batch_at`] through staging memory, at most [`STAGING_BYTES`] of it
     /// at a time. Buffers that get no staging memory go back evicted, with the error.
-    fn read_batch_staged(&self, claimed: &[u64], prefetched: bool) -> (u64, Option<Error>) {
+    fn read_batch_staged(
+        &self,
+        mut claimed: Vec<LoadClaim<'_>>,
+        prefetched: bool,
+    ) -> (u64, Option<Error>) {
         let per = (STAGING_BYTES / self.bs).max(1);
         let mut ok = 0;
         let mut first = None;
-        for (n, chunk) in claimed.chunks(per).enumerate() {
-            let staged = with_staging(chunk.len() * self.bs, |p| {
-                self.read_batch_at(chunk, prefetched, |k, _| {
-                    // SAFETY: slot k of this thread's staging area, which holds the chunk.
-                    unsafe { p.add(k * self.bs) }
-                })
+        while !claimed.is_empty() {
+            let rest = claimed.split_off(per.min(claimed.len()));
+            let chunk = std::mem::replace(&mut claimed, rest);
+            let n = chunk.len();
+            // Without staging memory the chunk's claims (dropped unread) undo themselves.
+            let staged = with_staging(n * self.bs, |p| {
+                self.read_batch_at(chunk, prefetched, Some(p))
             });
             match staged {
                 Ok((o, e)) => {
                     ok += o;
                     first = first.or(e);
                 }
-                Err(e) => {
-                    claimed[n * per..].iter().for_each(|&i| self.fail_load(i));
-                    return (ok, first.or(Some(e)));
-                }
+                Err(e) => return (ok, first.or(Some(e))),
             }
         }
         (ok, first)
     }
 
-    /// Reads claimed buffers in one store batch into `dest(k, i)` (the region itself, or
-    /// staging to install from) and publishes each one that succeeds. Returns how many did and
-    /// the first error.
+    /// Reads claimed buffers in one store batch into their homes, or into slots of the
+    /// staging area at `stage` to install from, and publishes each one that succeeds.
+    /// Returns how many did and the first error.
     fn read_batch_at(
         &self,
-        claimed: &[u64],
+        mut claimed: Vec<LoadClaim<'_>>,
         prefetched: bool,
-        dest: impl Fn(usize, u64) -> *mut u8,
+        stage: Option<*mut u8>,
     ) -> (u64, Option<Error>) {
+        let dests: Vec<*mut u8> = claimed
+            .iter_mut()
+            .enumerate()
+            .map(|(k, c)| match stage {
+                // SAFETY: slot k of this thread's staging area, which holds the chunk.
+                Some(p) => unsafe { p.add(k * self.bs) },
+                None => c.dest(),
+            })
+            .collect();
         let mut reqs: Vec<IoBuf> = claimed
             .iter()
-            .enumerate()
-            // SAFETY: each destination is either a Loading buffer claimed by us or our own
-            // staging slot: exclusive until the batch returns.
-            .map(|(k, &i)| unsafe { IoBuf::new(dest(k, i), self.bs, self.object_offset(i)) })
+            .zip(&dests)
+            // SAFETY: each destination is either the home of a Loading buffer claimed by us
+            // or our own staging slot: exclusive until the batch returns.
+            .map(|(c, &d)| unsafe { IoBuf::new(d, self.bs, self.object_offset(c.index())) })
             .collect();
         let mut out = Vec::with_capacity(reqs.len());
         self.object.read_batch(&mut reqs, &mut out);
         drop(reqs);
         let mut first = None;
         let mut ok = 0u64;
-        for (k, &i) in claimed.iter().enumerate() {
-            match self.finish_load(
-                i,
-                dest(k, i),
-                take_result(&mut out, k),
-                prefetched,
-                Pin::None,
-            ) {
+        for (k, c) in claimed.into_iter().enumerate() {
+            match self.finish_load(c, dests[k], take_result(&mut out, k), prefetched, Pin::None) {
                 Ok(()) => ok += 1,
                 Err(e) => {
                     first.get_or_insert(e);
@@ -223,18 +199,19 @@ impl MappingCore {
         (ok, first)
     }
 
-    /// Ends the load of claimed buffer `i`, whose read into `dest` (the region itself, or a
-    /// staging slot of `bs` bytes) returned `got`: installs it if staged, and publishes it
-    /// holding `pin`, or gives it back evicted and reports why.
+    /// Ends the load of a claimed buffer, whose read into `dest` (its home, or a staging
+    /// slot of `bs` bytes) returned `got`: installs it if staged, and publishes it holding
+    /// `pin`, or gives it back evicted (the claim's undo) and reports why.
     pub(super) fn finish_load(
         &self,
-        i: u64,
+        mut claim: LoadClaim<'_>,
         dest: *mut u8,
         mut got: io::Result<usize>,
         prefetched: bool,
         pin: Pin,
     ) -> Result<()> {
-        let transparent = self.region.is_transparent();
+        let i = claim.index();
+        let transparent = self.home.is_transparent();
         if transparent {
             // SAFETY: dest is our staging slot of bs bytes.
             let buf = unsafe { std::slice::from_raw_parts_mut(dest, self.bs) };
@@ -244,17 +221,31 @@ impl MappingCore {
             if !transparent {
                 return Ok(());
             }
+            claim.mark_filled();
             // SAFETY: the staging slot is readable; buffer i is Loading and ours.
-            unsafe {
-                self.region
-                    .install((i << self.shift) as usize, dest, self.bs, false)
-            }
+            unsafe { self.install(i, dest, self.bs, false) }
         });
-        match r {
-            Ok(()) => self.publish(i, pin, prefetched, false),
-            Err(_) => self.fail_load(i),
+        if r.is_ok() {
+            claim.publish(pin, prefetched, false);
         }
         r
+    }
+
+    /// Loads claims handed over as bare indices (an IO job's), in one batch.
+    ///
+    /// # Safety
+    /// Each index is a claim of this mapping turned into its index with
+    /// [`LoadClaim::into_raw`], adopted here once.
+    pub(crate) unsafe fn load_handed(
+        &self,
+        indices: &[u64],
+        demand: Option<Instant>,
+    ) -> Result<()> {
+        // SAFETY: forwarded from our caller.
+        let claims = indices
+            .iter()
+            .map(|&i| unsafe { LoadClaim::adopt(self, i) });
+        self.load_claimed(claims.collect(), demand)
     }
 
     /// Loads the missing buffers among `indices` with one batch from this thread, then waits
@@ -280,7 +271,7 @@ impl MappingCore {
             let c = self.claim_loads(rest, true, missed)?;
             let hits = c.consumed - c.claimed.len() - c.others.len();
             self.stats().add(Counter::Hits, hits as u64);
-            self.load_claimed(&c.claimed, Some(t0))?;
+            self.load_claimed(c.claimed, Some(t0))?;
             others.extend(c.others);
             if !c.stopped {
                 break;
@@ -376,9 +367,11 @@ impl MappingCore {
         for run in admitted.chunks(per_job) {
             let c = self.claim_loads(run, false, None)?;
             if !c.claimed.is_empty() {
+                // The IO threads adopt the claims ([`MappingCore::load_handed`]).
+                let indices = c.claimed.into_iter().map(LoadClaim::into_raw).collect();
                 self.cache.io.submit(Job::Load {
                     mapping: self.clone(),
-                    indices: c.claimed,
+                    indices,
                 });
             }
             if c.stopped {

@@ -11,6 +11,19 @@ use crate::policy::Buffers;
 use crate::state::Phase;
 use crate::stats::Counter;
 
+/// The victims of one eviction, by the step they are at.
+#[derive(Default)]
+struct Victims {
+    /// Claimed `Evicting`, with pages (or a frame) to drop.
+    clean: Vec<u64>,
+    /// Claimed `Evicting` from `Aside`: only a slot to free.
+    aside: Vec<u64>,
+    /// Claimed for write-back, to claim for eviction once written.
+    dirty: Vec<u64>,
+    /// Candidates that failed a claim or were vetoed.
+    cancels: u64,
+}
+
 impl MappingCore {
     /// Asks the policy for up to `want` victims and evicts those that validate; if none do,
     /// the manager's own sweep picks the victims instead.
@@ -51,18 +64,33 @@ impl MappingCore {
     /// Evicts the candidates that validate: cached, idle, and (unless `explicit`) not vetoed by
     /// the policy. Dirty ones are written back first in one batch. Returns the number of
     /// evicted buffers whose budget this freed (set-aside buffers had handed theirs to their
-    /// pool already) and, if write-backs failed, their count and the first error: returned
-    /// when `explicit`, else noted for the `reserve` that ran this round
-    /// ([`crate::cache::note_writeback_failure`]). A failure to drop pages is returned either way.
+    /// pool already; a pool mapping's count the frames it gave back) and, if write-backs
+    /// failed, their count and the first error: returned when `explicit`, else noted for the
+    /// `reserve` that ran this round ([`crate::cache::note_writeback_failure`]). A failure to
+    /// drop pages is returned either way.
+    ///
+    /// The steps, as vmcache's `evict()`: [claim](MappingCore::claim_victims), [write back
+    /// the dirty ones](MappingCore::write_back_victims), [drop](MappingCore::drop_victims),
+    /// [finish](MappingCore::finish_victims).
     pub(super) fn evict_indices(
         &self,
         cands: &[u64],
         explicit: bool,
     ) -> (u64, Option<(usize, Error)>) {
-        let mut clean = Vec::with_capacity(cands.len());
-        let mut aside = Vec::new();
-        let mut dirty = Vec::new();
-        let mut cancels = 0u64;
+        let mut v = self.claim_victims(cands, explicit);
+        let mut failure = self.write_back_victims(&mut v, explicit);
+        self.stats().add(Counter::EvictionCancels, v.cancels);
+        if let Some(e) = self.drop_victims(&mut v) {
+            failure = failure.or(Some((0, e)));
+        }
+        (self.finish_victims(v), failure)
+    }
+
+    /// Step 1, claim: `Cached → Evicting` by CAS for the clean, idle candidates (`Aside →
+    /// Evicting` for set-aside ones), the write-back claim for the dirty ones. A candidate
+    /// that is pinned, locked or vetoed is cancelled, never waited for.
+    fn claim_victims(&self, cands: &[u64], explicit: bool) -> Victims {
+        let mut v = Victims::default();
         for &i in cands {
             let s = self.state(i);
             if s.load().phase() == Phase::Evicted {
@@ -71,120 +99,106 @@ impl MappingCore {
                 continue;
             }
             if !explicit && !self.policy.is_evictable(i) {
-                cancels += 1;
+                v.cancels += 1;
                 continue;
             }
             let w = s.load();
             if w.dirty() {
                 if self.writable && self.claim_writeback(i) {
-                    dirty.push(i);
+                    v.dirty.push(i);
                 } else {
-                    cancels += 1;
+                    v.cancels += 1;
                 }
             } else if let Some(e) = w.begin_evict() {
                 if s.cas(w, e).is_ok() {
                     if w.phase() == Phase::Aside {
-                        aside.push(i);
+                        v.aside.push(i);
                     } else {
-                        clean.push(i);
+                        v.clean.push(i);
                     }
                 } else {
-                    cancels += 1;
+                    v.cancels += 1;
                 }
             } else {
-                cancels += 1;
+                v.cancels += 1;
             }
+        }
+        v
+    }
+
+    /// Step 2, write back the dirty victims in one batch, then claim those written and not
+    /// touched since like clean ones. Returns the failure to report (see
+    /// [`MappingCore::evict_indices`]).
+    fn write_back_victims(&self, v: &mut Victims, explicit: bool) -> Option<(usize, Error)> {
+        if v.dirty.is_empty() {
+            return None;
         }
         let mut failure = None;
-        if !dirty.is_empty() {
-            let errors = self.write_claimed(&dirty);
-            if let Some(first) = errors.into_iter().next() {
-                let failed = dirty
-                    .iter()
-                    .filter(|&&i| self.state(i).load().dirty())
-                    .count();
-                if explicit {
-                    failure = Some((failed, first));
-                } else {
-                    // A round on behalf of a load (or the background evictor): should the
-                    // load run out of patience, this is why no memory could be freed.
-                    crate::cache::note_writeback_failure(failed, first);
-                }
-            }
-            for &i in &dirty {
-                // Written and not touched since: claim it like any clean buffer. Clean now, it
-                // may have been set aside meanwhile by another round, and then leaves as one.
-                let s = self.state(i);
-                let mut was = Phase::Cached;
-                let claimed = s.update(|w| {
-                    was = w.phase();
-                    w.begin_evict()
-                });
-                match claimed {
-                    Ok(_) if was == Phase::Aside => aside.push(i),
-                    Ok(_) => clean.push(i),
-                    Err(_) => cancels += 1,
-                }
+        let errors = self.write_claimed(&v.dirty);
+        if let Some(first) = errors.into_iter().next() {
+            let failed = v
+                .dirty
+                .iter()
+                .filter(|&&i| self.state(i).load().dirty())
+                .count();
+            if explicit {
+                failure = Some((failed, first));
+            } else {
+                // A round on behalf of a load (or the background evictor): should the
+                // load run out of patience, this is why no memory could be freed.
+                crate::cache::note_writeback_failure(failed, first);
             }
         }
-        self.stats().add(Counter::EvictionCancels, cancels);
+        for i in std::mem::take(&mut v.dirty) {
+            // Written and not touched since: claim it like any clean buffer. Clean now, it
+            // may have been set aside meanwhile by another round, and then leaves as one.
+            let s = self.state(i);
+            let mut was = Phase::Cached;
+            let claimed = s.update(|w| {
+                was = w.phase();
+                w.begin_evict()
+            });
+            match claimed {
+                Ok(_) if was == Phase::Aside => v.aside.push(i),
+                Ok(_) => v.clean.push(i),
+                Err(_) => v.cancels += 1,
+            }
+        }
+        failure
+    }
+
+    /// Step 3, drop: the claimed victims' memory goes ([`MappingCore::drop_homes`]: pages
+    /// to the kernel, or frames to the pool), and set-aside ones free their slots. Returns
+    /// a failure to drop pages.
+    fn drop_victims(&self, v: &mut Victims) -> Option<Error> {
         if let Some(pool) = &self.aside {
             // Set-aside buffers have no pages in the mapping: freeing the slot is all.
-            aside.iter().for_each(|&i| pool.release(i));
+            v.aside.iter().for_each(|&i| pool.release(i));
         }
-        if !clean.is_empty() {
-            // Neighbours (a scan's buffers) go as one range: one zap instead of many.
-            clean.sort_unstable();
-            let mut ranges: Vec<(usize, usize)> = Vec::with_capacity(clean.len());
-            for &i in &clean {
-                let off = (i << self.shift) as usize;
-                match ranges.last_mut() {
-                    Some((o, l)) if *o + *l == off => *l += self.bs,
-                    _ => ranges.push((off, self.bs)),
-                }
-            }
-            if let Err((kept, e)) = self.region.drop_ranges(&ranges) {
-                // Those ranges could not be dropped whole, but `madvise` stops at the first
-                // page it refuses (a locked one) after zapping those before it, so their bytes
-                // cannot be trusted as cached. On a plain mapping the buffers are clean and the
-                // next load reads every byte in place, so they go on to `Evicted` with the rest
-                // (that load reuses their leftover pages). A transparent mapping's load
-                // installs into absent pages only, so there they stay resident: locked pages
-                // are not supported on transparent mappings (`MapOptions::transparent`).
-                if self.region.is_transparent() {
-                    let kept: Vec<(usize, usize)> = kept.iter().map(|&k| ranges[k]).collect();
-                    let in_kept = |i: u64| {
-                        let off = (i << self.shift) as usize;
-                        kept.iter().any(|&(o, l)| off >= o && off < o + l)
-                    };
-                    clean.retain(|&i| {
-                        if in_kept(i) {
-                            let _ = self.state(i).update(|w| Some(w.cancel_evict()));
-                            false
-                        } else {
-                            true
-                        }
-                    });
-                }
-                failure = failure.or(Some((0, e)));
-            }
-        }
-        let carried = aside.len() as u64;
+        self.drop_homes(&mut v.clean)
+    }
+
+    /// Step 4, finish: the policy forgets the victims, their words say `Evicted` (version
+    /// bumped, waiters woken), and their budget goes back. Returns how many buffers' budget
+    /// this freed (on a pool mapping, how many frames it gave back).
+    fn finish_victims(&self, mut v: Victims) -> u64 {
+        let carried = v.aside.len() as u64;
         if let Some(pool) = self.aside.as_ref().filter(|_| carried > 0) {
             // Before their words say `Evicted`: `unmap` may be waiting on them, and once it
             // sees every buffer evicted it expects the pool to carry none.
             pool.uncarry(carried);
         }
-        clean.append(&mut aside);
-        if clean.is_empty() {
-            return (0, failure);
+        let mut gone = v.clean;
+        gone.append(&mut v.aside);
+        if gone.is_empty() {
+            return 0;
         }
         // Plain loads of a transparent mapping are invisible (access tracking sees a touch only
         // after the buffer was set aside, which drops the mark): a prefetch used by loads alone
         // would look wasted, so none is counted there.
-        let seen = !self.region.is_transparent();
+        let seen = !self.home.is_transparent();
         let mut wasted = 0;
-        for &i in &clean {
+        for &i in &gone {
             self.policy.on_evict(i);
             let s = self.state(i);
             if seen && s.load().prefetched() {
@@ -193,16 +207,16 @@ impl MappingCore {
             let r = s.update(|w| Some(w.finish_evict()));
             debug_assert!(r.is_ok());
         }
-        let n = clean.len() as u64;
+        let n = gone.len() as u64;
         self.resident.fetch_sub(n, Ordering::Relaxed);
-        self.cache.release((n - carried) * self.bs as u64);
+        self.release_evicted(n - carried);
         let st = self.stats();
         st.add(Counter::Evictions, n);
         if crate::evictor::on_evictor_thread() {
             st.add(Counter::EvictionsAhead, n);
         }
         st.add(Counter::PrefetchWasted, wasted);
-        (n - carried, failure)
+        n - carried
     }
 
     /// Writes back everything, evicts everything and leaves the cache. On a failure the
@@ -264,6 +278,7 @@ impl MappingCore {
                     debug_assert!(pool.all_free(), "a set-aside slot leaked");
                     pool.give_back(&self.cache);
                 }
+                self.trim_home();
                 return Ok(());
             }
             if pass == PASSES {

@@ -78,7 +78,7 @@ impl MappingCore {
                         // holds until the protection is lifted.
                         if s.update(|w| w.exclusive().then(|| w.mark_dirty())).is_ok() {
                             self.stats().add(Counter::WriteFaults, 1);
-                            return self.region.protect(offset & !(self.bs - 1), self.bs, false);
+                            return self.home.protect(offset & !(self.bs - 1), self.bs, false);
                         }
                     } else {
                         // Another thread's pin, or its first store lifting the protection:
@@ -92,7 +92,7 @@ impl MappingCore {
                     if let Some(x) = w.begin_enable_write() {
                         if s.cas(w, x).is_ok() {
                             self.stats().add(Counter::WriteFaults, 1);
-                            let r = self.region.protect(offset & !(self.bs - 1), self.bs, false);
+                            let r = self.home.protect(offset & !(self.bs - 1), self.bs, false);
                             let _ = s.update(|w| Some(w.finish_enable_write()));
                             return r;
                         }
@@ -117,7 +117,10 @@ impl MappingCore {
     /// handler thread's answer to a refused write into a read-only mapping (see
     /// `fault_thread::serve`).
     pub(crate) fn deny_writes(&self, start: usize, len: usize) -> Result<()> {
-        self.region.deny_writes(start, len)
+        match self.home.region() {
+            Some(r) => r.deny_writes(start, len),
+            None => Ok(()),
+        }
     }
 
     pub(crate) fn fault_failed(&self, addr: usize, e: &Error) -> bool {

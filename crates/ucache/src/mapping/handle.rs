@@ -248,14 +248,34 @@ impl Mapping {
         self.core.clear_sync_failure()
     }
 
-    /// Base address of the mapping.
+    /// Base address of the mapping: buffer `i` lives at `as_ptr() + i × buffer_size()`.
+    /// Null for a pool mapping, which has no base address ([`Mapping::try_as_ptr`] says why).
     pub fn as_ptr(&self) -> *const u8 {
         self.core.base()
     }
     /// The base address for plain stores into a writable transparent mapping (hand it to C
-    /// like an `mmap` pointer). Other mappings must be written through exclusive pins.
+    /// like an `mmap` pointer). Other mappings must be written through exclusive pins. Null
+    /// for a pool mapping.
     pub fn as_mut_ptr(&self) -> *mut u8 {
         self.core.base()
+    }
+    /// The base address, or [`Error::NotInPlace`] for a pool mapping, whose buffers live in
+    /// frames of the cache's pool wherever their misses put them.
+    pub fn try_as_ptr(&self) -> Result<*const u8> {
+        if self.core.is_pool() {
+            return Err(Error::NotInPlace {
+                what: "the base address",
+            });
+        }
+        Ok(self.core.base())
+    }
+    /// Where resident buffers live: in place, or in frames of the cache's pool.
+    pub fn placement(&self) -> super::Placement {
+        if self.core.is_pool() {
+            super::Placement::Pool
+        } else {
+            super::Placement::InPlace
+        }
     }
     /// Whether plain loads and stores may use the memory (see [`MapOptions::transparent`](super::MapOptions::transparent)).
     pub fn is_transparent(&self) -> bool {

@@ -4,6 +4,26 @@ use super::MIN_BUFFER;
 use crate::fault::{FaultHandling, FaultHook};
 use crate::policy::Policy;
 
+/// Where a mapping's resident buffers live ([`MapOptions::placement`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// Buffer `i` lives at `base + i × buffer_size` of the mapping's own address range (the
+    /// default). A miss reads into a fresh page there and an eviction gives the page back to
+    /// the kernel. The only placement transparent access can use.
+    #[default]
+    InPlace,
+    /// A resident buffer lives in a frame of a pool that belongs to the cache (one pool per
+    /// buffer size, shared by every pool mapping of that size). Frames are faulted in once, in
+    /// 2 MiB chunks charged to the cache's budget, and reused by later misses: an eviction
+    /// puts a frame back on a free list instead of giving its page to the kernel, so a miss
+    /// costs one read and no page fault. Explicit access only: a pointer into a pool mapping
+    /// (a guard's bytes) is valid only while its pin is held, and transparent access, the base
+    /// address and the address-based calls are refused with [`crate::Error::NotInPlace`]. The
+    /// budget must hold one chunk (2 MiB, or one buffer if larger), or `map` fails with
+    /// [`crate::Error::BudgetTooSmall`].
+    Pool,
+}
+
 /// How to map an object.
 pub struct MapOptions {
     pub(super) buffer_size: usize,
@@ -19,6 +39,7 @@ pub struct MapOptions {
     pub(super) track_access: bool,
     pub(super) readahead: bool,
     pub(super) weight: u32,
+    pub(super) placement: Placement,
 }
 
 impl Default for MapOptions {
@@ -36,6 +57,7 @@ impl Default for MapOptions {
             track_access: false,
             readahead: true,
             weight: 1,
+            placement: Placement::InPlace,
         }
     }
 }
@@ -146,6 +168,25 @@ impl MapOptions {
     /// second loads.
     pub fn weight(mut self, weight: u32) -> Self {
         self.weight = weight;
+        self
+    }
+
+    /// Where resident buffers live (default [`Placement::InPlace`]); see [`Placement`].
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ucache::{Cache, CacheOptions, MapOptions, Placement, store::MemoryStore};
+    /// let store = MemoryStore::new();
+    /// store.insert("pages", (0..64 * 4096).map(|i| (i / 4096) as u8).collect());
+    /// let cache = Cache::new(CacheOptions::new(4 << 20)).unwrap();
+    /// let map = cache
+    ///     .map(Arc::new(store), "pages", MapOptions::new().placement(Placement::Pool))
+    ///     .unwrap();
+    /// assert_eq!(map.pin_shared(9).unwrap()[0], 9);
+    /// assert!(map.try_as_ptr().is_err(), "a pool mapping has no base address");
+    /// ```
+    pub fn placement(mut self, placement: Placement) -> Self {
+        self.placement = placement;
         self
     }
 

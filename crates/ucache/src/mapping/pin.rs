@@ -7,11 +7,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{zero_tail, MappingCore};
+use super::MappingCore;
 use crate::error::{Error, Result};
 use crate::fault::FaultHandling;
 use crate::guard::{ExclusiveGuard, OptimisticView, SharedGuard};
-use crate::staging::with_staging;
 use crate::state::{BufferState, Phase, Pin, Word};
 use crate::stats::Counter;
 use crate::stopwatch::Stopwatch;
@@ -21,14 +20,7 @@ impl MappingCore {
         let s = self.slot(i)?;
         self.pin(s, i, Pin::Shared)?;
         // SAFETY: we hold a shared pin: the buffer is Cached and nobody writes it until unpin.
-        Ok(unsafe {
-            SharedGuard::new(
-                self,
-                i,
-                self.region.at((i << self.shift) as usize),
-                self.valid(i),
-            )
-        })
+        Ok(unsafe { SharedGuard::new(self, i, self.ptr(i), self.valid(i)) })
     }
 
     /// Pins buffer `i` shared if it is cached and free of an exclusive pin now; never waits
@@ -45,14 +37,7 @@ impl MappingCore {
         self.stats().add(Counter::Hits, 1);
         self.on_hit(i, w);
         // SAFETY: we hold a shared pin: the buffer is Cached and nobody writes it until unpin.
-        Some(unsafe {
-            SharedGuard::new(
-                self,
-                i,
-                self.region.at((i << self.shift) as usize),
-                self.valid(i),
-            )
-        })
+        Some(unsafe { SharedGuard::new(self, i, self.ptr(i), self.valid(i)) })
     }
 
     pub(crate) fn pin_exclusive(self: &Arc<Self>, i: u64) -> Result<ExclusiveGuard<'_>> {
@@ -61,18 +46,11 @@ impl MappingCore {
             return Err(Error::ReadOnly);
         }
         self.pin(s, i, Pin::Exclusive)?;
-        if self.region.is_transparent() && self.fault_handling != FaultHandling::OnFaultingThread {
+        if self.home.is_transparent() && self.fault_handling != FaultHandling::OnFaultingThread {
             self.open_for_holder(s, i)?;
         }
         // SAFETY: we hold the exclusive pin: nobody else reads or writes the buffer until unpin.
-        Ok(unsafe {
-            ExclusiveGuard::new(
-                self,
-                i,
-                self.region.at((i << self.shift) as usize),
-                self.valid(i),
-            )
-        })
+        Ok(unsafe { ExclusiveGuard::new(self, i, self.ptr(i), self.valid(i)) })
     }
 
     /// Lifts the write protection of a clean buffer just pinned exclusively, and marks it
@@ -86,7 +64,7 @@ impl MappingCore {
             return Ok(());
         }
         if let Err(e) = self
-            .region
+            .home
             .protect((i << self.shift) as usize, self.bs, false)
         {
             let r = s.update(|w| Some(w.unpin_exclusive(false)));
@@ -174,61 +152,24 @@ impl MappingCore {
         dirty: bool,
         sw: &mut Stopwatch,
     ) -> Result<bool> {
-        let Some(claimed) = seen.begin_load() else {
+        let Some(mut claim) = self.claim_load(i, seen) else {
             return Ok(false);
         };
-        let s = self.state(i);
-        if s.cas(seen, claimed).is_err() {
-            return Ok(false);
-        }
-        // Claim first, reserve second: a thread that saw the buffer evicted a moment ago must
-        // not evict others (or this very buffer, once loaded by someone else) for nothing.
         sw.skip();
         self.policy.on_miss(i);
         // The miss's latency starts here: making room is part of what the caller waits for.
         let t0 = sw
             .lap(self.stats(), Counter::FaultBookkeepingNs)
             .unwrap_or_else(Instant::now);
-        self.reserve_claimed(s, true)?;
+        claim.take_room(true)?;
         sw.lap(self.stats(), Counter::FaultEvictNs);
-        match self.read_claimed(i, dirty, sw) {
-            Ok(()) => {
-                self.stats().record_miss_latency(sw.since(t0));
-                self.stats().add(Counter::Misses, 1);
-                self.stats().add(Counter::BytesRead, self.bs as u64);
-                self.publish(i, pin, false, dirty);
-                sw.lap(self.stats(), Counter::FaultBookkeepingNs);
-                Ok(true)
-            }
-            Err(e) => {
-                self.fail_load(i);
-                Err(e)
-            }
-        }
-    }
-
-    /// Reads claimed buffer `i` from the store into place: straight into the region, or, on a
-    /// transparent mapping, into staging memory that is then installed.
-    pub(super) fn read_claimed(&self, i: u64, writable: bool, sw: &mut Stopwatch) -> Result<()> {
-        let off = self.object_offset(i);
-        let at = (i << self.shift) as usize;
-        if !self.region.is_transparent() {
-            // SAFETY: buffer i is Loading and ours: no other thread touches its memory until
-            // we publish it.
-            let buf = unsafe { std::slice::from_raw_parts_mut(self.region.at(at), self.bs) };
-            return self.check_read(i, self.object.read_at(buf, off));
-        }
-        with_staging(self.bs, |p| {
-            // SAFETY: the staging area is this thread's and at least bs long.
-            let buf = unsafe { std::slice::from_raw_parts_mut(p, self.bs) };
-            let got = self.object.read_at(buf, off);
-            sw.lap(self.stats(), Counter::FaultIoNs);
-            self.check_read(i, got.map(|n| zero_tail(buf, n)))?;
-            // SAFETY: buf is readable; buffer i is Loading and ours.
-            let r = unsafe { self.region.install(at, p, self.bs, writable) };
-            sw.lap(self.stats(), Counter::FaultInstallNs);
-            r
-        })?
+        claim.fill(dirty, sw)?;
+        self.stats().record_miss_latency(sw.since(t0));
+        self.stats().add(Counter::Misses, 1);
+        self.stats().add(Counter::BytesRead, self.bs as u64);
+        claim.publish(pin, false, dirty);
+        sw.lap(self.stats(), Counter::FaultBookkeepingNs);
+        Ok(true)
     }
 
     pub(super) fn check_read(&self, i: u64, got: io::Result<usize>) -> Result<()> {
@@ -244,28 +185,6 @@ impl MappingCore {
             }),
             Err(e) => Err(Error::io("read", self.object.name(), off, e)),
         }
-    }
-
-    /// Loading → Cached. The policy learns of the buffer while we still own it.
-    pub(super) fn publish(&self, i: u64, pin: Pin, prefetched: bool, dirty: bool) {
-        self.policy.on_insert(i);
-        let r = self.state(i).update(|w| {
-            let c = w.finish_load(pin, prefetched);
-            Some(if dirty { c.mark_dirty() } else { c })
-        });
-        debug_assert!(r.is_ok());
-    }
-
-    /// Loading → Evicted after a failed read: memory, budget and counters are given back.
-    pub(super) fn fail_load(&self, i: u64) {
-        let _ = self
-            .region
-            .drop_ranges(&[((i << self.shift) as usize, self.bs)]);
-        let r = self.state(i).update(|w| Some(w.abort_load()));
-        debug_assert!(r.is_ok());
-        self.resident.fetch_sub(1, Ordering::Relaxed);
-        self.cache.release(self.bs as u64);
-        self.stats().add(Counter::ReadFailures, 1);
     }
 
     /// The prefetch hook after a demand miss.
@@ -287,12 +206,15 @@ impl MappingCore {
         mut f: impl FnMut(&OptimisticView<'_>) -> R,
     ) -> Result<R> {
         let s = self.slot(i)?;
-        let ptr = self.region.at((i << self.shift) as usize);
         let valid = self.valid(i);
         let mut loaded = false;
         loop {
             let w = s.load();
             if w.phase() == Phase::Cached && !w.exclusive() {
+                // After the word: on a pool mapping the frame is the one this version lives
+                // in (or, if the buffer moved since, a frame the version check will reject).
+                let ptr = self.ptr(i);
+                crate::sync::model_switch_point();
                 // SAFETY: the view only performs reads; their results are discarded unless the
                 // version check below proves the buffer was neither evicted nor written.
                 let view = unsafe { OptimisticView::new(ptr, valid) };

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::batch::STAGING_BYTES;
+use super::claim::LoadClaim;
 use super::{with_staging, MappingCore};
 use crate::error::{Error, Result};
 use crate::guard::SharedGuard;
@@ -26,14 +27,14 @@ use crate::store::IoBuf;
 const RUN_BYTES: usize = 128 << 10;
 
 /// What `pin_each` did with one index.
-enum Step {
+enum Step<'a> {
     /// Cached: visited at once.
     Visited,
     /// Another thread is loading, evicting or holding it: visit it after the stream.
     Later,
-    /// Claimed with its budget at the instant given (its miss's latency starts there): its
+    /// Claimed with its room at the instant given (its miss's latency starts there): its
     /// read goes into the stream.
-    Claimed(Instant),
+    Claimed(Instant, LoadClaim<'a>),
     /// Claimable, but no memory until a read in flight is visited: retry after a completion.
     NoRoom,
 }
@@ -51,7 +52,7 @@ impl MappingCore {
         depth: usize,
         f: &mut dyn FnMut(u64, &[u8]),
     ) -> Result<()> {
-        if self.region.is_transparent() {
+        if self.home.is_transparent() {
             for i in indices {
                 let g = self.pin_shared(i)?;
                 f(i, &g[..]);
@@ -99,11 +100,10 @@ impl MappingCore {
                         visit(i, &g[..]);
                         return Ok(Step::Visited);
                     }
-                    match w.begin_load() {
-                        Some(l) if s.cas(w, l).is_ok() => {}
-                        _ => return Ok(Step::Later),
-                    }
-                    // Before reserving, as `Policy::on_miss` promises: ghost lists adapt
+                    let Some(mut c) = self.claim_load(i, w) else {
+                        return Ok(Step::Later);
+                    };
+                    // Before taking room, as `Policy::on_miss` promises: ghost lists adapt
                     // before the evictions the reservation makes.
                     if retried != Some(i) {
                         self.policy.on_miss(i);
@@ -111,26 +111,24 @@ impl MappingCore {
                     let t0 = Instant::now();
                     // With reads in flight, never wait for memory: a budget smaller than the
                     // stream's depth is freed by those very reads once visited, so pause
-                    // until one completes. With none, wait as a demand miss does.
-                    if !self.reserve_claimed(s, in_flight.get() == 0)? {
+                    // until one completes. With none, wait as a demand miss does. (The claim
+                    // undoes itself if no room is had.)
+                    if !c.take_room(in_flight.get() == 0)? {
                         return Ok(Step::NoRoom);
                     }
-                    Ok(Step::Claimed(t0))
+                    Ok(Step::Claimed(t0, c))
                 });
                 match step {
-                    Ok(Step::Claimed(t0)) => {
+                    Ok(Step::Claimed(t0, mut c)) => {
                         in_flight.set(in_flight.get() + 1);
                         issued.borrow_mut().push((i, t0));
                         // Until its read lands, a pin of i from `f` would wait on this thread.
                         held::hold(me, i, Hold::Streaming);
+                        let dest = c.dest();
+                        // The claim travels with the read and is adopted when it lands.
+                        c.into_raw();
                         // SAFETY: buffer i is Loading and ours until the store hands it back.
-                        return Some(unsafe {
-                            IoBuf::new(
-                                self.region.at((i << self.shift) as usize),
-                                self.bs,
-                                self.object_offset(i),
-                            )
-                        });
+                        return Some(unsafe { IoBuf::new(dest, self.bs, self.object_offset(i)) });
                     }
                     Ok(Step::Visited) => {}
                     Ok(Step::Later) => later.push(i),
@@ -154,7 +152,9 @@ impl MappingCore {
                     .position(|&(j, _)| j == i)
                     .map(|k| v.swap_remove(k).1)
             };
-            match self.finish_load(i, req.ptr(), got, false, Pin::Shared) {
+            // SAFETY: the claim of i was handed to this read in `pull`; adopted once, here.
+            let claim = unsafe { LoadClaim::adopt(self, i) };
+            match self.finish_load(claim, req.ptr(), got, false, Pin::Shared) {
                 Ok(()) => {
                     if let Some(t) = since {
                         st.record_miss_latency(t.elapsed());
@@ -193,8 +193,12 @@ impl MappingCore {
     /// read is in flight. Failures are counted; the buffers stay evicted.
     ///
     /// [`Object::read_stream`]: crate::store::Object::read_stream
-    pub(crate) fn load_stream(&self, depth: usize, next: &mut dyn FnMut() -> Option<u64>) {
-        let left = if !self.region.is_transparent() {
+    ///
+    /// # Safety
+    /// Every index `next` gives is a claim of this mapping handed over with
+    /// [`LoadClaim::into_raw`], given once.
+    pub(crate) unsafe fn load_stream(&self, depth: usize, next: &mut dyn FnMut() -> Option<u64>) {
+        let left = if !self.home.is_transparent() {
             self.stream_into(depth.max(1), None, next)
         } else {
             // Staging for every read in flight, within the same cap as a batched load.
@@ -207,7 +211,8 @@ impl MappingCore {
         // early or panicked) are loaded one by one rather than left `Loading` for good.
         if let Some(peeked) = left {
             for i in peeked.into_iter().chain(std::iter::from_fn(next)) {
-                let _ = self.load_claimed(&[i], None);
+                // SAFETY: a claim handed over by our caller, not adopted by the stream.
+                let _ = unsafe { self.load_handed(&[i], None) };
             }
         }
     }
@@ -223,7 +228,11 @@ impl MappingCore {
         stage: Option<*mut u8>,
         next: &mut dyn FnMut() -> Option<u64>,
     ) -> Option<Option<u64>> {
-        let run_max = (RUN_BYTES / self.bs).clamp(1, depth);
+        let run_max = if self.home.is_pool() {
+            1
+        } else {
+            (RUN_BYTES / self.bs).clamp(1, depth)
+        };
         let slot_bytes = run_max * self.bs;
         let free = RefCell::new((0..depth / run_max).rev().collect::<Vec<usize>>());
         let mut peeked: Option<u64> = None;
@@ -258,7 +267,8 @@ impl MappingCore {
                     // SAFETY: slot k of the staging area, which holds depth / run_max of them.
                     unsafe { p.add(k * slot_bytes) }
                 }
-                _ => self.region.at((first << self.shift) as usize),
+                // A pool mapping's frames are not adjacent: one buffer per read.
+                _ => self.ptr(first),
             };
             // SAFETY: buffers first..first+n are Loading and claimed by the job (and adjacent
             // in the region), or dest is a free staging slot: exclusive until handed back.
@@ -283,17 +293,18 @@ impl MappingCore {
         let n = req.len() / self.bs;
         let whole =
             matches!(got, Ok(b) if b == req.len()) && self.valid(first + n as u64 - 1) == self.bs;
-        if n > 1 && whole && self.region.is_transparent() {
+        // SAFETY: the run's claims were handed to the job that reads it; adopted once, here.
+        let mut claims: Vec<LoadClaim<'_>> = (first..first + n as u64)
+            .map(|i| unsafe { LoadClaim::adopt(self, i) })
+            .collect();
+        if n > 1 && whole && self.home.is_transparent() {
             // SAFETY: the staging run is readable; buffers first..first+n are Loading and ours.
-            let r = unsafe {
-                self.region
-                    .install((first << self.shift) as usize, req.ptr(), req.len(), false)
-            };
-            for i in first..first + n as u64 {
+            let r = unsafe { self.install(first, req.ptr(), req.len(), false) };
+            for mut c in claims {
                 match r {
-                    Ok(()) => self.publish(i, Pin::None, true, false),
-                    // Part of the run may be installed: fail_load drops whatever is there.
-                    Err(_) => self.fail_load(i),
+                    Ok(()) => c.publish(Pin::None, true, false),
+                    // Part of the run may be installed: the undo drops whatever is there.
+                    Err(_) => c.mark_filled(),
                 }
             }
             if r.is_ok() {
@@ -302,17 +313,14 @@ impl MappingCore {
             }
             return;
         }
-        for k in 0..n {
+        for (k, c) in claims.drain(..).enumerate() {
             let got_k = match &got {
                 Ok(b) => Ok(b.saturating_sub(k * self.bs).min(self.bs)),
                 Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
             };
             // SAFETY: inside the run's memory.
             let dest = unsafe { req.ptr().add(k * self.bs) };
-            if self
-                .finish_load(first + k as u64, dest, got_k, true, Pin::None)
-                .is_ok()
-            {
+            if self.finish_load(c, dest, got_k, true, Pin::None).is_ok() {
                 self.stats().add(Counter::Prefetches, 1);
                 self.stats().add(Counter::BytesRead, self.bs as u64);
             }

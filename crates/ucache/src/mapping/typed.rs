@@ -34,6 +34,11 @@ impl MappingCore {
         if self.forked_away() {
             return Err(Error::Forked);
         }
+        if self.is_pool() {
+            return Err(Error::NotInPlace {
+                what: "a typed slice over the mapping",
+            });
+        }
         if !self.is_transparent() {
             return Err(Error::BadArgument(format!(
                 "{what} needs a transparent mapping (MapOptions::transparent): the memory of \

@@ -27,10 +27,7 @@ impl MappingCore {
         if self.state(i).update(|w| w.begin_writeback()).is_err() {
             return Ok(false);
         }
-        if let Err(e) = self
-            .region
-            .protect((i << self.shift) as usize, self.bs, true)
-        {
+        if let Err(e) = self.home.protect((i << self.shift) as usize, self.bs, true) {
             // Unprotected pages would take stores unnoticed: keep the buffer dirty instead.
             let r = self.state(i).update(|w| Some(w.finish_writeback(false)));
             debug_assert!(r.is_ok());
@@ -60,13 +57,7 @@ impl MappingCore {
             .iter()
             .map(|&i| {
                 // SAFETY: the write-back pin keeps writers out; the store only reads.
-                unsafe {
-                    IoBuf::new(
-                        self.region.at((i << self.shift) as usize),
-                        self.valid(i),
-                        self.object_offset(i),
-                    )
-                }
+                unsafe { IoBuf::new(self.ptr(i), self.valid(i), self.object_offset(i)) }
             })
             .collect();
         let mut out = Vec::with_capacity(reqs.len());
@@ -99,7 +90,7 @@ impl MappingCore {
             } else if let Err(e) = std::mem::replace(r, Ok(())) {
                 errors.push(e);
             }
-            if !good && self.region.is_transparent() {
+            if !good && self.home.is_transparent() {
                 // Dirty again, so writable again: a dirty buffer is never write-protected,
                 // which an exclusive pin in handler-thread mode relies on (it lifts the
                 // protection of clean buffers only), as does any store, which then need not
@@ -108,7 +99,7 @@ impl MappingCore {
                 // protection through its write fault, and the refusal is reported with the
                 // write's own failure.
                 if let Err(e) = self
-                    .region
+                    .home
                     .protect((i << self.shift) as usize, self.bs, false)
                 {
                     errors.push(e);

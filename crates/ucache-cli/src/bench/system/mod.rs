@@ -39,6 +39,11 @@ pub enum SystemKind {
     UcacheExplicit,
     /// ucache, visiting random buffers through `pin_each` with 32 loads in flight per thread.
     UcachePrefetch,
+    /// ucache-explicit over a pool mapping (`Placement::Pool`): misses read into frames of
+    /// the cache's pool, reused rather than freed, so a miss costs one read and no page fault.
+    UcachePool,
+    /// ucache-prefetch (the `pin_each` stream) over a pool mapping.
+    UcachePoolPrefetch,
     /// ucache, reading without pins: `read_optimistic`, validated by the buffer's version
     /// (lookups only; a miss takes a pin to load the buffer).
     UcacheOptimistic,
@@ -75,9 +80,11 @@ pub enum SystemKind {
 }
 
 impl SystemKind {
-    pub const ALL: [SystemKind; 14] = [
+    pub const ALL: [SystemKind; 16] = [
         SystemKind::UcacheExplicit,
         SystemKind::UcachePrefetch,
+        SystemKind::UcachePool,
+        SystemKind::UcachePoolPrefetch,
         SystemKind::UcacheOptimistic,
         SystemKind::UcacheTransparent,
         SystemKind::UcacheTransparentThreads,
@@ -96,6 +103,8 @@ impl SystemKind {
         match self {
             SystemKind::UcacheExplicit => "ucache-explicit",
             SystemKind::UcachePrefetch => "ucache-prefetch",
+            SystemKind::UcachePool => "ucache-pool",
+            SystemKind::UcachePoolPrefetch => "ucache-pool-prefetch",
             SystemKind::UcacheOptimistic => "ucache-optimistic",
             SystemKind::UcacheTransparent => "ucache-transparent",
             SystemKind::UcacheTransparentThreads => "ucache-transparent-threads",
@@ -148,11 +157,14 @@ impl SystemKind {
     pub fn supports(self, workload: Workload) -> bool {
         match workload {
             Workload::YcsbA | Workload::YcsbB | Workload::YcsbC | Workload::Tenants => {
-                self == SystemKind::UcacheExplicit
+                matches!(self, SystemKind::UcacheExplicit | SystemKind::UcachePool)
             }
             Workload::Getscan | Workload::Search => matches!(
                 self,
-                SystemKind::UcacheExplicit | SystemKind::Mmap | SystemKind::Pread
+                SystemKind::UcacheExplicit
+                    | SystemKind::UcachePool
+                    | SystemKind::Mmap
+                    | SystemKind::Pread
             ),
             Workload::Lookup | Workload::Seq | Workload::Zipf => true,
         }
@@ -163,6 +175,8 @@ impl SystemKind {
             self,
             SystemKind::UcacheExplicit
                 | SystemKind::UcachePrefetch
+                | SystemKind::UcachePool
+                | SystemKind::UcachePoolPrefetch
                 | SystemKind::UcacheOptimistic
                 | SystemKind::UcacheTransparent
                 | SystemKind::UcacheTransparentThreads
@@ -241,6 +255,8 @@ pub struct Params {
     pub eviction_batch: Option<usize>,
     /// ucache systems: `CacheOptions::background_eviction`.
     pub background_eviction: bool,
+    /// ucache-pool systems: `CacheOptions::pool_huge_pages`.
+    pub pool_huge_pages: bool,
     /// ucache systems: the policy spec of the row ([`SystemRow`]); `None` for the default.
     pub policy: Option<String>,
     /// `tenants`: [`ucache::MapOptions::weight`] of tenant A and tenant B.
@@ -281,6 +297,10 @@ pub fn open(kind: SystemKind, p: &Params) -> Result<Box<dyn System>, String> {
     let sys: Box<dyn System> = match kind {
         SystemKind::UcacheExplicit => Box::new(ucache::Ucache::open(p, ucache::Mode::Explicit)?),
         SystemKind::UcachePrefetch => Box::new(ucache::Ucache::open(p, ucache::Mode::Prefetch)?),
+        SystemKind::UcachePool => Box::new(ucache::Ucache::open(p, ucache::Mode::Pool)?),
+        SystemKind::UcachePoolPrefetch => {
+            Box::new(ucache::Ucache::open(p, ucache::Mode::PoolPrefetch)?)
+        }
         SystemKind::UcacheOptimistic => {
             Box::new(ucache::Ucache::open(p, ucache::Mode::Optimistic)?)
         }

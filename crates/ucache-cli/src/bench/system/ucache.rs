@@ -5,6 +5,8 @@
 //!   each replaced as it completes, comparable with raw-uring's queue (and with raw-get over
 //!   S3);
 //! - optimistic: `read_optimistic`, no pin at all on a hit;
+//! - pool, pool-prefetch: explicit and prefetch over a pool mapping (`Placement::Pool`),
+//!   whose misses read into reused frames of the cache's pool;
 //! - transparent: plain loads from a transparent mapping, exactly the mmap system's loop, so
 //!   the two differ only in who serves the faults.
 //!
@@ -16,7 +18,7 @@ use std::sync::Arc;
 
 use ucache::policy::{policy_by_name, Policy};
 use ucache::store::{FileStore, Store, UringOptions, UringStore};
-use ucache::{Cache, CacheOptions, FaultHandling, MapOptions, Mapping};
+use ucache::{Cache, CacheOptions, FaultHandling, MapOptions, Mapping, Placement};
 
 use super::{s3_config, split_policy_spec, Params, StoreKind, System};
 use crate::bench::worker::ThreadCtx;
@@ -27,6 +29,10 @@ use crate::bench::workload::{tenant_split, Workload};
 pub enum Mode {
     Explicit,
     Prefetch,
+    /// Explicit, over a pool mapping.
+    Pool,
+    /// Prefetch, over a pool mapping.
+    PoolPrefetch,
     Optimistic,
     Transparent,
     /// Transparent, faults served by handler threads (one per workload thread).
@@ -65,7 +71,9 @@ impl Ucache {
         if let Some(b) = p.eviction_batch {
             options = options.batch(b);
         }
-        options = options.background_eviction(p.background_eviction);
+        options = options
+            .background_eviction(p.background_eviction)
+            .pool_huge_pages(p.pool_huge_pages);
         let cache = Cache::new(options).map_err(|e| format!("Cache::new: {e}"))?;
         let store: Arc<dyn Store> = match &p.store {
             StoreKind::File => Arc::new(FileStore::direct()),
@@ -94,7 +102,13 @@ impl Ucache {
             None => (None, None),
         };
         let options = |policy: Option<Box<dyn Policy>>| {
+            let placement = if matches!(mode, Mode::Pool | Mode::PoolPrefetch) {
+                Placement::Pool
+            } else {
+                Placement::InPlace
+            };
             let o = MapOptions::new()
+                .placement(placement)
                 .buffer_size(p.buffer_size)
                 .transparent(transparent)
                 .track_access(mode == Mode::TransparentTracked)
@@ -147,7 +161,11 @@ impl Ucache {
             .expect("a mapping's buffer size is valid") as u64
             * bs as u64;
         let mapped = self.map.len() + self.tenant_b.as_ref().map_or(0, |(m, _)| m.len());
-        self.cache.used() + slack >= self.cache.budget().min(mapped)
+        // Resident buffers, not the budget in use: a pool mapping's budget is charged in
+        // whole chunks, ahead of the buffers that will fill them.
+        let held = (self.map.resident() + self.tenant_b.as_ref().map_or(0, |(m, _)| m.resident()))
+            * bs as u64;
+        held + slack >= self.cache.budget().min(mapped)
     }
 
     /// The mapping holding file buffer `idx`, and the buffer's index in it.
@@ -248,8 +266,8 @@ impl Ucache {
 impl System for Ucache {
     fn run_thread(&self, ctx: &mut ThreadCtx) -> Result<(), String> {
         match self.mode {
-            Mode::Explicit => self.explicit(ctx),
-            Mode::Prefetch => self.prefetch(ctx),
+            Mode::Explicit | Mode::Pool => self.explicit(ctx),
+            Mode::Prefetch | Mode::PoolPrefetch => self.prefetch(ctx),
             Mode::Optimistic => self.optimistic(ctx),
             Mode::Transparent | Mode::TransparentThreads | Mode::TransparentTracked => {
                 self.transparent(ctx)
@@ -280,7 +298,7 @@ impl System for Ucache {
     }
 
     fn latency_unit(&self) -> &'static str {
-        if self.mode == Mode::Prefetch {
+        if matches!(self.mode, Mode::Prefetch | Mode::PoolPrefetch) {
             "--prefetch-depth visits of a pin_each stream"
         } else {
             "op"
