@@ -16,7 +16,7 @@ use std::ops::{Deref, DerefMut};
 
 use crate::held::{self, Hold};
 use crate::mapping::MappingCore;
-use crate::state::BufferState;
+use crate::state::{BufferState, Word};
 
 fn state(m: &MappingCore, i: u64) -> &BufferState {
     m.state_of(i)
@@ -107,6 +107,21 @@ impl<'a> ExclusiveGuard<'a> {
     pub fn mark_dirty(&mut self) {
         self.dirty = true;
     }
+    /// Turns the exclusive pin into a shared one without letting go of the buffer: other
+    /// readers may pin it from then on, no writer can take it in between. Writes made through
+    /// this guard are kept (the buffer is dirty) and the version moves on, so optimistic reads
+    /// that began before see the change.
+    pub fn downgrade(self) -> SharedGuard<'a> {
+        let this = std::mem::ManuallyDrop::new(self);
+        held::release(this.mapping.addr(), this.index, Hold::Exclusive);
+        let dirty = this.dirty;
+        let r =
+            state(this.mapping, this.index).update(|w| Some(Word(w.unpin_exclusive(dirty).0 + 1)));
+        debug_assert!(r.is_ok());
+        // SAFETY: the CAS above left one shared pin on the buffer, ours from now on.
+        unsafe { SharedGuard::new(this.mapping, this.index, this.ptr, this.len) }
+    }
+
     /// The buffer's address, for code that writes through raw pointers; call
     /// [`ExclusiveGuard::mark_dirty`] if it does.
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
@@ -191,6 +206,14 @@ impl OptimisticView<'_> {
         // SAFETY: in range and aligned; a volatile load because a writer may race with us (the
         // version check discards what we read in that case).
         u64::from_le(unsafe { std::ptr::read_volatile(self.ptr.add(offset) as *const u64) })
+    }
+
+    /// The `len` bytes at `offset`, copied out (valid only once the read validates). Panics
+    /// if out of range.
+    pub fn to_vec(&self, offset: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.copy_to(offset, &mut v);
+        v
     }
 
     /// Copies `out.len()` bytes from `offset`. Panics if out of range.

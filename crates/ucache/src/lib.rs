@@ -40,5 +40,5 @@ pub use cache::{
 pub use error::{Bounds, Error, Result};
 pub use fault::{FaultAction, FaultHandling, FaultHook};
 pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};
-pub use mapping::{MapOptions, Mapping, UnmapError};
+pub use mapping::{BeforeWriteback, MapOptions, Mapping, OptimisticRead, UnmapError};
 pub use stats::{StatsSnapshot, LATENCY_BUCKETS};

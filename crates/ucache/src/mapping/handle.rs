@@ -11,7 +11,7 @@ use crate::state::{Phase, Word};
 /// A mapped object. Dropping it writes back and releases everything, like [`Mapping::unmap`]
 /// but without a way to report failure: call `unmap` to learn of it.
 pub struct Mapping {
-    core: Arc<MappingCore>,
+    pub(super) core: Arc<MappingCore>,
 }
 
 /// `unmap` could not write everything back. The mapping is handed back intact, dirty data

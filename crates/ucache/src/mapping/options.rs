@@ -19,6 +19,7 @@ pub struct MapOptions {
     pub(super) track_access: bool,
     pub(super) readahead: bool,
     pub(super) weight: u32,
+    pub(super) before_writeback: Option<super::hooks::BeforeWriteback>,
 }
 
 impl Default for MapOptions {
@@ -36,6 +37,7 @@ impl Default for MapOptions {
             track_access: false,
             readahead: true,
             weight: 1,
+            before_writeback: None,
         }
     }
 }
@@ -146,6 +148,15 @@ impl MapOptions {
     /// second loads.
     pub fn weight(mut self, weight: u32) -> Self {
         self.weight = weight;
+        self
+    }
+
+    /// A hook that runs before every write-back of a dirty buffer, whatever asked for it
+    /// (eviction, [`Mapping::writeback`](crate::Mapping::writeback), `msync`, `unmap`): see
+    /// [`BeforeWriteback`](crate::BeforeWriteback). An error keeps the buffer dirty and is
+    /// reported as that write's failure.
+    pub fn before_writeback(mut self, hook: super::hooks::BeforeWriteback) -> Self {
+        self.before_writeback = Some(hook);
         self
     }
 
