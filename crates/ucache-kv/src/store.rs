@@ -126,7 +126,8 @@ impl Kv {
         };
         let lsns = recovery::page_lsns(capacity);
         let cache = Cache::new(
-            CacheOptions::new(o.memory_bytes.max(64 * o.page_size as u64))
+            CacheOptions::new(o.memory_bytes.max(16 * o.page_size as u64))
+                .batch(8)
                 .budget_wait(o.budget_wait),
         )?;
         // The eviction veto: a page may go only once the batch that last changed it is
