@@ -306,6 +306,11 @@ impl Kv {
         &self.map
     }
 
+    /// Pages in use (the allocator's high-water mark, meta page included).
+    pub fn pages_used(&self) -> Result<u64> {
+        Ok(self.map.read_optimistic(0, |v| crate::meta::next_page(v))?)
+    }
+
     /// Bytes in the log since the last checkpoint.
     pub fn log_bytes(&self) -> u64 {
         self.wal.log_bytes()
