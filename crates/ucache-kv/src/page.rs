@@ -89,7 +89,7 @@ mod tests {
 
     #[test]
     fn reads_past_the_end_are_zeros_not_panics() {
-        let p = vec![1u8; 16];
+        let p: &[u8] = &[1u8; 16];
         assert_eq!(p.u64_at(12), u64::from_le_bytes([1, 1, 1, 1, 0, 0, 0, 0]));
         assert_eq!(p.u64_at(usize::MAX - 3), 0);
         assert_eq!(p.bytes(15, 3), vec![1, 0, 0]);

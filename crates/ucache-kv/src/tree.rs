@@ -197,7 +197,7 @@ pub fn scan(
 /// The path from the root to the leaf for `key`: (inner page, child position taken) per
 /// level, and the leaf.
 fn path_to(txn: &WriteTxn<'_>, key: &[u8]) -> Result<(Vec<(u64, usize)>, u64)> {
-    let mut id = txn.read(0, |m| meta::root(m))?;
+    let mut id = txn.read(0, meta::root)?;
     let mut path = Vec::new();
     for _ in 0..64 {
         let step = txn.read(id, |p| match node::kind(p) {

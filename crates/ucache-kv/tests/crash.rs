@@ -49,7 +49,7 @@ fn batch(i: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
         v.resize(60 + (mix(i, 100 + j) % 200) as usize, b'x');
         ops.push((format!("k{k:05}").into_bytes(), Some(v)));
     }
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         ops.push((format!("k{:05}", mix(i, 99) % KEYSPACE).into_bytes(), None));
     }
     ops.push((b"last".to_vec(), Some(i.to_string().into_bytes())));

@@ -85,7 +85,10 @@ fn a_truncated_or_missing_data_file_is_refused() {
     store.insert("data", short);
     assert!(matches!(Kv::open(o.clone()), Err(KvError::Corrupt(m)) if m.contains("truncated")));
     // Nothing was changed by the refusal: with the file back, everything is there.
-    assert_eq!(store.get("wal").unwrap().len() > 4096, true);
+    assert!(
+        store.get("wal").unwrap().len() > 4096,
+        "the log holds batches to replay"
+    );
     store.insert("data", Vec::new());
     assert!(matches!(Kv::open(o.clone()), Err(KvError::Corrupt(m)) if m.contains("missing")));
     store.insert("data", whole);

@@ -159,8 +159,11 @@ fn overwrite_pins_read_nothing() {
     assert!(m.pin_overwrite(2).unwrap().iter().all(|&b| b == 0));
 }
 
+/// What a recording hook saw: (index, first byte) per write-back.
+type Seen = Arc<Mutex<Vec<(u64, u8)>>>;
+
 /// A hook that records (index, first byte) and fails while `refuse` is set.
-fn recording_hook(refuse: Arc<AtomicBool>) -> (BeforeWriteback, Arc<Mutex<Vec<(u64, u8)>>>) {
+fn recording_hook(refuse: Arc<AtomicBool>) -> (BeforeWriteback, Seen) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = seen.clone();
     let hook: BeforeWriteback = Arc::new(move |i, bytes: &[u8]| {
