@@ -224,9 +224,24 @@ impl OptimisticView<'_> {
             out.len(),
             self.len
         );
-        for (k, b) in out.iter_mut().enumerate() {
+        // Bytes up to an 8-byte boundary, then aligned words, then the tail: a key compare or
+        // a value copy-out reads a word per load, not a byte.
+        let mut k = 0;
+        while k < out.len() && !(self.ptr as usize + offset + k).is_multiple_of(8) {
             // SAFETY: in range; volatile for the same reason as read_u64.
-            *b = unsafe { std::ptr::read_volatile(self.ptr.add(offset + k)) };
+            out[k] = unsafe { std::ptr::read_volatile(self.ptr.add(offset + k)) };
+            k += 1;
+        }
+        while out.len() - k >= 8 {
+            // SAFETY: in range and 8-byte aligned (the loop above); volatile as above.
+            let w = unsafe { std::ptr::read_volatile(self.ptr.add(offset + k) as *const u64) };
+            out[k..k + 8].copy_from_slice(&w.to_ne_bytes());
+            k += 8;
+        }
+        while k < out.len() {
+            // SAFETY: in range; volatile as above.
+            out[k] = unsafe { std::ptr::read_volatile(self.ptr.add(offset + k)) };
+            k += 1;
         }
     }
 }

@@ -303,3 +303,20 @@ fn validated_chains_are_consistent_under_a_writer() {
         }
     });
 }
+
+/// Copies out of an optimistic view at every alignment and length match the pinned bytes.
+#[test]
+fn optimistic_copies_match_at_every_alignment() {
+    let store = Arc::new(MemoryStore::new());
+    store.insert("o", (0..BS).map(|i| (i * 7 + i / 256) as u8).collect());
+    let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(2)).unwrap();
+    let m = cache.map(store, "o", MapOptions::new()).unwrap();
+    let pinned = m.pin_shared(0).unwrap().to_vec();
+    for off in (0..24).chain(BS - 40..BS - 30) {
+        for len in 0..40 {
+            let r = m.optimistic(0).unwrap();
+            assert_eq!(r.view().to_vec(off, len), pinned[off..off + len], "{off}+{len}");
+            assert!(r.validate());
+        }
+    }
+}
