@@ -4,6 +4,8 @@
 //! - [`node`]: a node's layout in one page (a slotted page), read the same way pinned or
 //!   optimistically ([`page`]).
 //! - [`meta`]: page 0, the root and the page allocator.
+//! - [`pages`]: what the tree needs from whatever holds its pages (a ucache mapping; the
+//!   bench's plain mmap).
 //! - [`tree`]: optimistic lock-coupled reads and scans; puts, deletes and splits in a batch.
 //! - [`txn`]: a write batch: pages held, before-images, the log record, undo, and redo.
 //! - [`wal`]: the log, group commit, checkpoints' reset.
@@ -31,6 +33,7 @@ pub mod error;
 pub mod meta;
 pub mod node;
 pub mod page;
+pub mod pages;
 pub mod recovery;
 pub mod store;
 pub mod tree;

@@ -248,7 +248,13 @@ pub fn split_insert(
             best = (worst, m + 1);
         }
     }
-    let m = best.1;
+    // Appending past the last key (a sequential load) leaves the left node full and starts
+    // the right one with the new entry alone, so sequential inserts fill pages, not halves.
+    let m = if pos == all.len() - 1 && acc_fits(&all[..pos], left.len()) {
+        pos
+    } else {
+        best.1
+    };
     init(right, k);
     match k {
         Kind::Leaf => {
@@ -268,6 +274,16 @@ pub fn split_insert(
             sep
         }
     }
+}
+
+/// Whether `entries` fit in a page of `page` bytes.
+fn acc_fits(entries: &[(Vec<u8>, Vec<u8>)], page: usize) -> bool {
+    HEADER
+        + entries
+            .iter()
+            .map(|e| e.0.len() + e.1.len() + SLOT)
+            .sum::<usize>()
+        <= page
 }
 
 #[cfg(test)]

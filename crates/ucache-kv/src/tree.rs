@@ -17,11 +17,10 @@
 //! exclusively until the batch ends. Nodes split when full and are never merged: a delete
 //! leaves its leaf smaller (possibly empty), and pages are never freed.
 
-use ucache::{Mapping, OptimisticRead};
-
 use crate::error::{KvError, Result};
 use crate::meta;
 use crate::node::{self, Kind};
+use crate::pages::{Pages, ReadPage};
 use crate::txn::WriteTxn;
 
 /// Which leaf a descent looks for.
@@ -50,17 +49,17 @@ fn corrupt(why: String) -> KvError {
 
 /// Descends optimistically to the leaf for `target` and runs `f` on it; returns `f`'s result
 /// once the leaf validated, with the leaf's fences if `fences` is asked.
-fn with_leaf<R>(
-    map: &Mapping,
+fn with_leaf<'m, P: Pages, R>(
+    map: &'m P,
     target: Target<'_>,
     fences: bool,
-    mut f: impl FnMut(&ucache::OptimisticView<'_>) -> R,
+    mut f: impl FnMut(&<P::Read<'m> as ReadPage>::View) -> R,
 ) -> Result<(R, Fences)> {
-    let pages = map.buffers();
+    let pages = map.pages();
     'restart: loop {
         let m = map.optimistic(0)?;
         let root = meta::root(m.view());
-        let mut node: OptimisticRead<'_> = match root {
+        let mut node: P::Read<'m> = match root {
             r if r > 0 && r < pages => map.optimistic(r)?,
             _ if !m.validate() => continue,
             r => return Err(corrupt(format!("root page {r}"))),
@@ -123,7 +122,7 @@ fn with_leaf<R>(
 }
 
 /// The value of `key`.
-pub fn get(map: &Mapping, key: &[u8]) -> Result<Option<Vec<u8>>> {
+pub fn get<P: Pages>(map: &P, key: &[u8]) -> Result<Option<Vec<u8>>> {
     Ok(with_leaf(map, Target::Key(key), false, |v| node::leaf_get(v, key))?.0)
 }
 
@@ -136,8 +135,8 @@ pub enum Direction {
 
 /// The entries with `from <= key < to` (unbounded where `None`), in key order forward or
 /// backward, at most `limit` of them.
-pub fn scan(
-    map: &Mapping,
+pub fn scan<P: Pages>(
+    map: &P,
     from: Option<&[u8]>,
     to: Option<&[u8]>,
     dir: Direction,
@@ -196,7 +195,7 @@ pub fn scan(
 
 /// The path from the root to the leaf for `key`: (inner page, child position taken) per
 /// level, and the leaf.
-fn path_to(txn: &WriteTxn<'_>, key: &[u8]) -> Result<(Vec<(u64, usize)>, u64)> {
+fn path_to<P: Pages>(txn: &WriteTxn<'_, P>, key: &[u8]) -> Result<(Vec<(u64, usize)>, u64)> {
     let mut id = txn.read(0, meta::root)?;
     let mut path = Vec::new();
     for _ in 0..64 {
@@ -220,7 +219,7 @@ fn path_to(txn: &WriteTxn<'_>, key: &[u8]) -> Result<(Vec<(u64, usize)>, u64)> {
 }
 
 /// Inserts or replaces `key`'s value.
-pub fn put(txn: &mut WriteTxn<'_>, key: &[u8], value: &[u8]) -> Result<()> {
+pub fn put<P: Pages>(txn: &mut WriteTxn<'_, P>, key: &[u8], value: &[u8]) -> Result<()> {
     let (mut path, leaf) = path_to(txn, key)?;
     let ps = txn.page_size();
     let page = txn.write(leaf)?;
@@ -261,7 +260,7 @@ pub fn put(txn: &mut WriteTxn<'_>, key: &[u8], value: &[u8]) -> Result<()> {
 }
 
 /// Removes `key`; whether it was there.
-pub fn delete(txn: &mut WriteTxn<'_>, key: &[u8]) -> Result<bool> {
+pub fn delete<P: Pages>(txn: &mut WriteTxn<'_, P>, key: &[u8]) -> Result<bool> {
     let (_, leaf) = path_to(txn, key)?;
     let (pos, found) = txn.read(leaf, |p| node::search(p, key))?;
     if found {

@@ -12,11 +12,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ucache::{ExclusiveGuard, Mapping};
+use ucache::Mapping;
 
 use crate::error::{KvError, Result};
 use crate::meta;
 use crate::node;
+use crate::pages::Pages;
 use crate::wal::Wal;
 
 /// Per page, the LSN of the last logged batch that changed it (`u64::MAX` while a batch that
@@ -55,15 +56,15 @@ struct Touched {
 }
 
 /// The batch being written, under the store's writer lock.
-pub struct WriteTxn<'m> {
-    map: &'m Mapping,
+pub struct WriteTxn<'m, P: Pages> {
+    map: &'m P,
     lsns: &'m PageLsns,
-    held: HashMap<u64, ExclusiveGuard<'m>>,
+    held: HashMap<u64, P::Exclusive<'m>>,
     touched: Vec<Touched>,
 }
 
-impl<'m> WriteTxn<'m> {
-    pub fn new(map: &'m Mapping, lsns: &'m PageLsns) -> Self {
+impl<'m, P: Pages> WriteTxn<'m, P> {
+    pub fn new(map: &'m P, lsns: &'m PageLsns) -> Self {
         WriteTxn {
             map,
             lsns,
@@ -73,17 +74,17 @@ impl<'m> WriteTxn<'m> {
     }
 
     pub fn page_size(&self) -> usize {
-        self.map.buffer_size()
+        self.map.page_size()
     }
 
     /// Runs `f` on page `id` as it is now: this batch's copy if it changed the page, the
     /// cache's otherwise (pinned shared while `f` runs).
     pub fn read<R>(&self, id: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         if let Some(g) = self.held.get(&id) {
-            return Ok(f(g));
+            return Ok(f(&g[..]));
         }
         let g = self.map.pin_shared(id)?;
-        Ok(f(&g))
+        Ok(f(&g[..]))
     }
 
     /// Page `id` for writing, pinned exclusively until the batch ends.
@@ -92,10 +93,10 @@ impl<'m> WriteTxn<'m> {
             let g = self.map.pin_exclusive(id)?;
             self.hold(id, g, false);
         }
-        Ok(self.held.get_mut(&id).unwrap())
+        Ok(&mut self.held.get_mut(&id).unwrap()[..])
     }
 
-    fn hold(&mut self, id: u64, g: ExclusiveGuard<'m>, fresh: bool) {
+    fn hold(&mut self, id: u64, g: P::Exclusive<'m>, fresh: bool) {
         let prev_lsn = self.lsns[id as usize].swap(u64::MAX, Ordering::AcqRel);
         self.touched.push(Touched {
             page: id,
@@ -131,7 +132,7 @@ impl<'m> WriteTxn<'m> {
         let mut pages = 0u32;
         rec.extend_from_slice(&0u32.to_le_bytes());
         for t in &self.touched {
-            let now = &self.held[&t.page];
+            let now = &self.held[&t.page][..];
             let runs = diff(&t.before, now);
             if runs.is_empty() && !t.fresh {
                 continue;
@@ -152,13 +153,18 @@ impl<'m> WriteTxn<'m> {
 
     /// Logs the batch (in memory: the caller makes it durable) and lets go of its pages,
     /// stamped with the record's LSN. Returns that LSN, or `None` if nothing changed.
-    pub fn commit(mut self, wal: &Wal) -> Result<Option<u64>> {
+    pub fn commit(self, wal: &Wal) -> Result<Option<u64>> {
+        self.commit_with(|rec| wal.append(rec))
+    }
+
+    /// As [`WriteTxn::commit`], with `log` appending the record (and returning its LSN).
+    pub fn commit_with(mut self, log: impl FnOnce(&[u8]) -> Result<u64>) -> Result<Option<u64>> {
         let rec = self.record();
         if u32::from_le_bytes(rec[..4].try_into().unwrap()) == 0 {
             self.restore_lsns();
             return Ok(None);
         }
-        let lsn = match wal.append(&rec) {
+        let lsn = match log(&rec) {
             Ok(l) => l,
             Err(e) => {
                 self.abort();
@@ -167,7 +173,7 @@ impl<'m> WriteTxn<'m> {
         };
         for t in &self.touched {
             let g = self.held.get_mut(&t.page).unwrap();
-            node::set_lsn(g, lsn);
+            node::set_lsn(&mut g[..], lsn);
             self.lsns[t.page as usize].store(lsn, Ordering::Release);
         }
         Ok(Some(lsn))

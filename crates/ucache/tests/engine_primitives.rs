@@ -315,7 +315,11 @@ fn optimistic_copies_match_at_every_alignment() {
     for off in (0..24).chain(BS - 40..BS - 30) {
         for len in 0..40 {
             let r = m.optimistic(0).unwrap();
-            assert_eq!(r.view().to_vec(off, len), pinned[off..off + len], "{off}+{len}");
+            assert_eq!(
+                r.view().to_vec(off, len),
+                pinned[off..off + len],
+                "{off}+{len}"
+            );
             assert!(r.validate());
         }
     }

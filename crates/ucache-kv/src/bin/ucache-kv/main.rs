@@ -6,6 +6,7 @@
 //! file reads cannot hide in the page cache either. Systems and workloads are interleaved
 //! within each repetition, so drift on a shared machine hits them alike.
 
+mod mmap;
 mod systems;
 mod workload;
 
@@ -20,9 +21,9 @@ use ucache_cli::bench::cgroup::{self, MemCgroup};
 use ucache_cli::bench::cpu::self_cpu;
 use ucache_cli::bench::datafile::drop_page_cache;
 
-use systems::{KvUcache, Lmdb, System};
+use systems::{KvMmap, KvUcache, Lmdb, System};
 
-const SYSTEMS: [&str; 2] = ["kv-ucache-inplace", "lmdb"];
+const SYSTEMS: [&str; 3] = ["kv-ucache-inplace", "kv-mmap", "lmdb"];
 const SLACK: u64 = 16 << 20;
 
 #[derive(Parser)]
@@ -113,6 +114,7 @@ struct Measurement {
 fn open(system: &str, dir: &Path, memory: u64) -> Box<dyn System> {
     match system {
         "kv-ucache-inplace" => Box::new(KvUcache::open(dir, memory)),
+        "kv-mmap" => Box::new(KvMmap::open(dir)),
         "lmdb" => Box::new(Lmdb::open(dir)),
         s => panic!("unknown system {s}"),
     }
@@ -126,6 +128,12 @@ fn data_bytes(system: &str, dir: &Path) -> u64 {
             let kv = KvUcache::open(dir, 64 << 20);
             kv.0.pages_used().unwrap() * 4096
         }
+        "kv-mmap" => {
+            let mut first = [0u8; 64];
+            let f = std::fs::File::open(dir.join("data.mmap")).unwrap();
+            std::os::unix::fs::FileExt::read_at(&f, &mut first, 0).unwrap();
+            ucache_kv::meta::next_page(&first[..]) * 4096
+        }
         _ => std::fs::metadata(dir.join("data.mdb")).map_or(0, |m| m.len()),
     }
 }
@@ -133,6 +141,7 @@ fn data_bytes(system: &str, dir: &Path) -> u64 {
 fn data_files(system: &str, dir: &Path) -> Vec<PathBuf> {
     match system {
         "kv-ucache-inplace" => vec![dir.join("data"), dir.join("wal")],
+        "kv-mmap" => vec![dir.join("data.mmap")],
         _ => vec![dir.join("data.mdb")],
     }
 }
@@ -190,7 +199,10 @@ fn run_worker(args: &[String]) -> Option<Measurement> {
 fn bench(a: BenchArgs) {
     let workloads: Vec<String> = a.workloads.split(',').map(str::to_string).collect();
     for w in &workloads {
-        assert!(workload::WORKLOADS.contains(&w.as_str()), "unknown workload {w}");
+        assert!(
+            workload::WORKLOADS.contains(&w.as_str()),
+            "unknown workload {w}"
+        );
     }
     let dir_of = |s: &str| a.dir.join(format!("{s}-{}", a.keys));
     // Load each data set once (kept between runs).

@@ -28,7 +28,8 @@ impl KvUcache {
         let mut o = KvOptions::in_dir(dir);
         o.memory_bytes = memory;
         o.sync_commits = false;
-        o.capacity_pages = 1 << 20;
+        // 256 MiB of pages: the per-page tables (states, LSNs) stay small inside the cgroup.
+        o.capacity_pages = 1 << 16;
         o.checkpoint_bytes = 256 << 20;
         KvUcache(Kv::open(o).expect("open ucache-kv"))
     }
@@ -105,5 +106,36 @@ impl System for Lmdb {
             progress(i);
         }
         self.env.force_sync().unwrap();
+    }
+}
+
+/// The same B+tree over a plain file mmap, no log ([`crate::mmap`]).
+pub struct KvMmap(pub crate::mmap::MmapKv);
+
+impl KvMmap {
+    pub fn open(dir: &Path) -> KvMmap {
+        std::fs::create_dir_all(dir).unwrap();
+        KvMmap(crate::mmap::MmapKv::open(&dir.join("data.mmap"), 1 << 16))
+    }
+}
+
+impl System for KvMmap {
+    fn get(&self, key: &[u8]) -> bool {
+        self.0.get(key).is_some()
+    }
+    fn update(&self, key: &[u8], value: &[u8]) {
+        self.0.write(&[(key, value)])
+    }
+    fn load(&self, n: u64, value: &dyn Fn(u64) -> Vec<u8>, progress: &dyn Fn(u64)) {
+        let mut i = 0;
+        while i < n {
+            let end = (i + 1000).min(n);
+            let kv: Vec<([u8; 8], Vec<u8>)> = (i..end).map(|j| (key(j), value(j))).collect();
+            let ops: Vec<(&[u8], &[u8])> = kv.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+            self.0.write(&ops);
+            i = end;
+            progress(i);
+        }
+        self.0.sync();
     }
 }
