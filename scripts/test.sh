@@ -30,6 +30,8 @@ export UCACHE_S3_REQUIRED=1
 cargo build -p ucache-capi -p ucache-preload
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+# The rustdoc of every crate builds without a warning (broken links included).
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
 # The Python package (a venv under target/pyenv), with the S3 server above.
 bash scripts/test-python.sh
 cargo test -p ucache --features shuttle --test model

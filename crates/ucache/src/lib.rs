@@ -42,3 +42,8 @@ pub use fault::{FaultAction, FaultHandling, FaultHook};
 pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};
 pub use mapping::{BeforeWriteback, MapOptions, Mapping, OptimisticRead, UnmapError};
 pub use stats::{StatsSnapshot, LATENCY_BUCKETS};
+
+/// The examples of `docs/guide.md`, run as doc tests so the guide cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide.md")]
+mod guide {}

@@ -45,7 +45,7 @@ pub struct SimArgs {
     /// With --format csv: the column holding the id, counting from 1.
     #[arg(long, default_value_t = 1)]
     pub column: usize,
-    /// Instead of a file, a synthetic trace: zipf:REQUESTS:IDS[:ALPHA] (α defaults to 0.99).
+    /// Instead of a file, a synthetic trace: zipf:REQUESTS:IDS or zipf:REQUESTS:IDS:ALPHA (α defaults to 0.99).
     #[arg(long, value_parser = parse_generator)]
     pub generate: Option<Zipf>,
     /// Seed of --generate.
