@@ -11,7 +11,7 @@ pub enum KvError {
     /// A value longer than [`crate::Kv::max_value_len`] (a quarter page).
     #[error("value of {len} bytes: values must be at most {max} bytes (a quarter page)")]
     ValueTooLarge { len: usize, max: usize },
-    /// The data file's capacity ([`crate::KvOptions::capacity`]) is used up.
+    /// The data file's capacity ([`crate::KvOptions::capacity_pages`]) is used up.
     #[error("the store is full: {pages} pages of {page_size} bytes")]
     Full { pages: u64, page_size: usize },
     /// A page size that is not a power of two from 4 KiB to 64 KiB, or one that differs from

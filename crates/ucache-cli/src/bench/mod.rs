@@ -90,7 +90,7 @@ pub struct BenchArgs {
     /// themselves.
     #[arg(long)]
     pub no_background_eviction: bool,
-    /// Data file [default: /var/tmp/ucache-bench-<data>.dat]. Must be on a real disk (not
+    /// Data file (default: `/var/tmp/ucache-bench-<data>.dat`). Must be on a real disk (not
     /// tmpfs); created or rewritten if missing, of the wrong size, or not holding the pattern.
     #[arg(long)]
     pub file: Option<PathBuf>,
