@@ -222,8 +222,6 @@ impl Kv {
 
     /// Removes `key` (a batch of one); whether it was there.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
-        self.check_key(key)?;
-        let _ = self.get(key)?;
         let mut b = WriteBatch::new();
         b.delete(key);
         let mut found = false;
