@@ -61,11 +61,13 @@ pub fn page_lsn<P: PageBytes + ?Sized>(p: &P) -> u64 {
 
 /// Slot `i`: (record offset, key length, value length).
 fn slot<P: PageBytes + ?Sized>(p: &P, i: usize) -> (usize, usize, usize) {
-    let at = HEADER + i * SLOT;
+    // One 8-byte read for the whole slot: on an optimistic view every read is a bounds check
+    // and a volatile copy, so a binary search pays per read.
+    let s = p.u64_at(HEADER + i * SLOT);
     (
-        p.u32_at(at) as usize,
-        p.u16_at(at + 4) as usize,
-        p.u16_at(at + 6) as usize,
+        (s & 0xffff_ffff) as usize,
+        ((s >> 32) & 0xffff) as usize,
+        (s >> 48) as usize,
     )
 }
 

@@ -1,7 +1,7 @@
 //! `ucache-kv bench`: the store on ucache against LMDB, on the same machine, in one run.
 //!
 //! Every measurement runs in its own worker process (this binary, `worker`), inside a memory
-//! cgroup of the run's budget (plus 16 MiB of slack for the process itself), with the data
+//! cgroup of the run's budget (plus 8 MiB of slack for the process itself), with the data
 //! files dropped from the page cache first: LMDB is held to the budget, and the store's own
 //! file reads cannot hide in the page cache either. Systems and workloads are interleaved
 //! within each repetition, so drift on a shared machine hits them alike.
@@ -24,7 +24,7 @@ use ucache_cli::bench::datafile::drop_page_cache;
 use systems::{KvMmap, KvUcache, Lmdb, System};
 
 const SYSTEMS: [&str; 3] = ["kv-ucache-inplace", "kv-mmap", "lmdb"];
-const SLACK: u64 = 16 << 20;
+const SLACK: u64 = 8 << 20;
 
 #[derive(Parser)]
 #[command(name = "ucache-kv", about = "The ucache-kv store's benchmark")]
