@@ -94,17 +94,15 @@ pub fn create(map: &Mapping) -> Result<()> {
 }
 
 /// Replays the log's records onto the mapped data file; returns how many there were.
-pub fn replay(map: &Mapping, records: &[Vec<u8>]) -> Result<usize> {
-    for rec in records {
-        redo(map, rec)?;
-    }
+pub fn replay(map: &Mapping, wal: &Wal) -> Result<usize> {
+    let n = wal.replay(&mut |rec| redo(map, rec))?;
     let m = map.pin_shared(0)?;
     if meta::magic(&m[..]) != meta::MAGIC || meta::root(&m[..]) == 0 {
         return Err(KvError::Corrupt(
             "the meta page is broken after replay".into(),
         ));
     }
-    Ok(records.len())
+    Ok(n)
 }
 
 /// A fresh table of page LSNs, all zero (every page's changes durable: it was just opened).
@@ -114,9 +112,8 @@ pub fn page_lsns(pages: u64) -> Arc<[AtomicU64]> {
 
 /// Checks that a new data file is not paired with a log that has records (the data file was
 /// lost or replaced): refuse rather than replay into nothing.
-pub fn check_pairing(state: &DataState, wal: &Wal, records: &[Vec<u8>]) -> Result<()> {
-    let _ = wal;
-    if matches!(state, DataState::New) && !records.is_empty() {
+pub fn check_pairing(state: &DataState, records: usize) -> Result<()> {
+    if matches!(state, DataState::New) && records > 0 {
         return Err(KvError::Corrupt(
             "the data file is missing or empty but the log holds committed batches".into(),
         ));

@@ -118,7 +118,7 @@ impl Kv {
         let state = recovery::inspect(&o.store, &o.data, o.page_size)?;
         let wal_obj = o.store.open(&o.wal, OpenOptions::create())?;
         let (wal, records) = Wal::open(wal_obj)?;
-        recovery::check_pairing(&state, &wal, &records)?;
+        recovery::check_pairing(&state, records)?;
         let wal = Arc::new(wal);
         let capacity = match state {
             DataState::New => o.capacity_pages.max(2),
@@ -166,7 +166,7 @@ impl Kv {
         match state {
             DataState::New => recovery::create(&kv.map)?,
             DataState::Existing { .. } => {
-                if recovery::replay(&kv.map, &records)? > 0 {
+                if recovery::replay(&kv.map, &kv.wal)? > 0 {
                     kv.checkpoint()?;
                 }
             }

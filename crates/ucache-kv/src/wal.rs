@@ -79,8 +79,10 @@ fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> KvError {
 
 impl Wal {
     /// Opens the log in `obj`, creating it if empty. Returns the log, positioned after its
-    /// last whole record (a torn tail is cut off), and the payloads of its records in order.
-    pub fn open(obj: Arc<dyn Object>) -> Result<(Wal, Vec<Vec<u8>>)> {
+    /// last whole record (a torn tail is cut off), and how many whole records it holds (for
+    /// [`Wal::replay`]). Records are read one at a time, so recovery needs memory for the
+    /// largest record, not for the log.
+    pub fn open(obj: Arc<dyn Object>) -> Result<(Wal, usize)> {
         let len = obj.len().map_err(io_err("stat"))?;
         let header = if len < LOG_START {
             None
@@ -94,17 +96,15 @@ impl Wal {
         };
         let (header, records, end) = match header {
             Some(h) => {
-                let mut body = vec![0u8; (len - LOG_START) as usize];
-                read_exact(&*obj, &mut body, LOG_START)?;
-                let (records, valid) = parse_records(&body, h.base);
-                (h, records, h.base + valid as u64)
+                let (records, valid) = scan(&*obj, h.base, len, &mut |_| Ok(()))?;
+                (h, records, h.base + valid)
             }
             None if len > 0 && obj_has_data(&*obj, len)? => {
                 return Err(KvError::Corrupt(
                     "the write-ahead log has no valid header".into(),
                 ))
             }
-            None => (Header { seq: 0, base: 1 }, Vec::new(), 1),
+            None => (Header { seq: 0, base: 1 }, 0, 1),
         };
         let wal = Wal {
             obj,
@@ -134,6 +134,14 @@ impl Wal {
             wal.obj.sync().map_err(io_err("sync"))?;
         }
         Ok((wal, records))
+    }
+
+    /// Runs `f` on each whole record since the last checkpoint, in order (recovery's redo;
+    /// before anything is appended). Returns how many there were.
+    pub fn replay(&self, f: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<usize> {
+        let base = self.flush.lock().base;
+        let len = LOG_START + (self.appended() - base);
+        Ok(scan(&*self.obj, base, len, f)?.0)
     }
 
     /// Appends one record; returns the LSN at its end. In memory only: see [`Wal::flush_to`].
@@ -292,27 +300,39 @@ fn parse_header(b: &[u8]) -> Option<Header> {
     })
 }
 
-/// The whole records at the start of `body` (the log after its header, starting at LSN
-/// `base`), and how many bytes they take.
-fn parse_records(body: &[u8], base: u64) -> (Vec<Vec<u8>>, usize) {
-    let mut out = Vec::new();
-    let mut at = 0usize;
-    while body.len() - at >= RECORD_HEADER {
-        let len = u32::from_le_bytes(body[at..at + 4].try_into().unwrap()) as usize;
-        if len < RECORD_HEADER || len > body.len() - at {
+/// Reads the whole records from the start of the log (LSN `base`) up to file offset `len`,
+/// one at a time, running `f` on each payload; stops at the first record that is short or
+/// fails its checksum. Returns the number of records and the bytes they take.
+fn scan(
+    obj: &dyn Object,
+    base: u64,
+    len: u64,
+    f: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<(usize, u64)> {
+    let mut at = 0u64;
+    let mut count = 0;
+    let mut rec = Vec::new();
+    let body = len.saturating_sub(LOG_START);
+    while body - at >= RECORD_HEADER as u64 {
+        let mut head = [0u8; RECORD_HEADER];
+        read_exact(obj, &mut head, LOG_START + at)?;
+        let n = u32::from_le_bytes(head[..4].try_into().unwrap()) as u64;
+        if n < RECORD_HEADER as u64 || n > body - at {
             break;
         }
-        let sum = u64::from_le_bytes(body[at + 4..at + 12].try_into().unwrap());
-        let mut input = Vec::with_capacity(len - 8);
-        input.extend_from_slice(&body[at..at + 4]);
-        input.extend_from_slice(&body[at + RECORD_HEADER..at + len]);
-        if checksum(base + at as u64, &input) != sum {
+        let sum = u64::from_le_bytes(head[4..12].try_into().unwrap());
+        rec.clear();
+        rec.resize(n as usize - 8, 0);
+        rec[..4].copy_from_slice(&head[..4]);
+        read_exact(obj, &mut rec[4..], LOG_START + at + RECORD_HEADER as u64)?;
+        if checksum(base + at, &rec) != sum {
             break;
         }
-        out.push(body[at + RECORD_HEADER..at + len].to_vec());
-        at += len;
+        f(&rec[4..])?;
+        count += 1;
+        at += n;
     }
-    (out, at)
+    Ok((count, at))
 }
 
 #[cfg(test)]
@@ -324,11 +344,19 @@ mod tests {
         store.open("wal", OpenOptions::create()).unwrap()
     }
 
+    /// Opens the log and collects its records.
+    fn open(store: &MemoryStore) -> Result<(Wal, Vec<Vec<u8>>)> {
+        let (w, n) = Wal::open(log(store))?;
+        let mut recs = Vec::new();
+        assert_eq!(w.replay(&mut |r| Ok(recs.push(r.to_vec())))?, n);
+        Ok((w, recs))
+    }
+
     #[test]
     fn records_survive_reopen_and_a_torn_tail_is_cut() {
         let store = MemoryStore::new();
         store.insert("wal", Vec::new());
-        let (w, recs) = Wal::open(log(&store)).unwrap();
+        let (w, recs) = open(&store).unwrap();
         assert!(recs.is_empty());
         let a = w.append(b"first").unwrap();
         let b = w.append(&[7u8; 5000]).unwrap();
@@ -337,18 +365,18 @@ mod tests {
         assert!(w.durable() >= b, "one flush wrote everything buffered");
         drop(w);
         let mut bytes = store.get("wal").unwrap();
-        let (_, recs) = Wal::open(log(&store)).unwrap();
+        let (_, recs) = open(&store).unwrap();
         assert_eq!(recs, vec![b"first".to_vec(), vec![7u8; 5000]]);
         // Tear the last record: only the first survives, and the log is cut after it.
         let n = bytes.len();
         bytes[n - 10] ^= 1;
         store.insert("wal", bytes);
-        let (w, recs) = Wal::open(log(&store)).unwrap();
+        let (w, recs) = open(&store).unwrap();
         assert_eq!(recs, vec![b"first".to_vec()]);
         assert_eq!(store.get("wal").unwrap().len() as u64, LOG_START + 12 + 5);
         let c = w.append(b"after").unwrap();
         w.flush_to(c).unwrap();
-        let (_, recs) = Wal::open(log(&store)).unwrap();
+        let (_, recs) = open(&store).unwrap();
         assert_eq!(recs, vec![b"first".to_vec(), b"after".to_vec()]);
     }
 
@@ -356,14 +384,14 @@ mod tests {
     fn reset_empties_the_log_and_lsns_keep_growing() {
         let store = MemoryStore::new();
         store.insert("wal", Vec::new());
-        let (w, _) = Wal::open(log(&store)).unwrap();
+        let (w, _) = open(&store).unwrap();
         let a = w.append(b"x").unwrap();
         w.reset().unwrap();
         assert_eq!(w.log_bytes(), 0);
         let b = w.append(b"y").unwrap();
         assert!(b > a);
         w.flush_all().unwrap();
-        let (w2, recs) = Wal::open(log(&store)).unwrap();
+        let (w2, recs) = open(&store).unwrap();
         assert_eq!(recs, vec![b"y".to_vec()]);
         assert_eq!(w2.appended(), b);
         // Both header slots torn: a typed error, not an empty log.
@@ -371,6 +399,6 @@ mod tests {
         bytes[3] ^= 1;
         bytes[2048 + 3] ^= 1;
         store.insert("wal", bytes);
-        assert!(matches!(Wal::open(log(&store)), Err(KvError::Corrupt(_))));
+        assert!(matches!(open(&store), Err(KvError::Corrupt(_))));
     }
 }

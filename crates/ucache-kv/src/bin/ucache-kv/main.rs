@@ -160,6 +160,7 @@ fn worker(a: WorkerArgs) {
     let cpu0 = self_cpu();
     let (ops, hist) = workload::run(&*sys, &w, a.keys, a.threads, a.warmup, a.seconds);
     let cpu = (self_cpu() - cpu0).as_secs_f64();
+    sys.finish();
     // CPU includes the warmup: scale it to the measured share of the time.
     let share = a.seconds / (a.seconds + a.warmup);
     let m = Measurement {

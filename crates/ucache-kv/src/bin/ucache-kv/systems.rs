@@ -14,6 +14,8 @@ pub trait System: Sync {
     fn update(&self, key: &[u8], value: &[u8]);
     /// Loads keys `0..n` (8-byte big-endian) with `value(n)`, in large transactions.
     fn load(&self, n: u64, value: &dyn Fn(u64) -> Vec<u8>, progress: &dyn Fn(u64));
+    /// Leaves the data set ready for the next run (after the measurement, not counted).
+    fn finish(&self) {}
 }
 
 pub fn key(n: u64) -> [u8; 8] {
@@ -53,6 +55,10 @@ impl System for KvUcache {
             }
         }
         self.0.write(&b).expect("load");
+        self.0.checkpoint().expect("checkpoint");
+    }
+    fn finish(&self) {
+        // Empty the log, so the next run's open does not replay this run's updates.
         self.0.checkpoint().expect("checkpoint");
     }
 }
