@@ -348,7 +348,11 @@ mod tests {
     fn open(store: &MemoryStore) -> Result<(Wal, Vec<Vec<u8>>)> {
         let (w, n) = Wal::open(log(store))?;
         let mut recs = Vec::new();
-        assert_eq!(w.replay(&mut |r| Ok(recs.push(r.to_vec())))?, n);
+        let mut collect = |r: &[u8]| {
+            recs.push(r.to_vec());
+            Ok(())
+        };
+        assert_eq!(w.replay(&mut collect)?, n);
         Ok((w, recs))
     }
 
