@@ -1,12 +1,11 @@
 //! The `ucache` command: benchmarks and a demo of the ucache IO cache.
 
-mod bench;
 mod demo;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use ucache_cli::{sim, size};
+use ucache_cli::{bench, sim};
 
 #[derive(Parser)]
 #[command(

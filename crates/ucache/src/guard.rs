@@ -16,7 +16,7 @@ use std::ops::{Deref, DerefMut};
 
 use crate::held::{self, Hold};
 use crate::mapping::MappingCore;
-use crate::state::BufferState;
+use crate::state::{BufferState, Word};
 
 fn state(m: &MappingCore, i: u64) -> &BufferState {
     m.state_of(i)
@@ -107,6 +107,21 @@ impl<'a> ExclusiveGuard<'a> {
     pub fn mark_dirty(&mut self) {
         self.dirty = true;
     }
+    /// Turns the exclusive pin into a shared one without letting go of the buffer: other
+    /// readers may pin it from then on, no writer can take it in between. Writes made through
+    /// this guard are kept (the buffer is dirty) and the version moves on, so optimistic reads
+    /// that began before see the change.
+    pub fn downgrade(self) -> SharedGuard<'a> {
+        let this = std::mem::ManuallyDrop::new(self);
+        held::release(this.mapping.addr(), this.index, Hold::Exclusive);
+        let dirty = this.dirty;
+        let r =
+            state(this.mapping, this.index).update(|w| Some(Word(w.unpin_exclusive(dirty).0 + 1)));
+        debug_assert!(r.is_ok());
+        // SAFETY: the CAS above left one shared pin on the buffer, ours from now on.
+        unsafe { SharedGuard::new(this.mapping, this.index, this.ptr, this.len) }
+    }
+
     /// The buffer's address, for code that writes through raw pointers; call
     /// [`ExclusiveGuard::mark_dirty`] if it does.
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
@@ -193,6 +208,14 @@ impl OptimisticView<'_> {
         u64::from_le(unsafe { std::ptr::read_volatile(self.ptr.add(offset) as *const u64) })
     }
 
+    /// The `len` bytes at `offset`, copied out (valid only once the read validates). Panics
+    /// if out of range.
+    pub fn to_vec(&self, offset: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.copy_to(offset, &mut v);
+        v
+    }
+
     /// Copies `out.len()` bytes from `offset`. Panics if out of range.
     pub fn copy_to(&self, offset: usize, out: &mut [u8]) {
         assert!(
@@ -201,9 +224,24 @@ impl OptimisticView<'_> {
             out.len(),
             self.len
         );
-        for (k, b) in out.iter_mut().enumerate() {
+        // Bytes up to an 8-byte boundary, then aligned words, then the tail: a key compare or
+        // a value copy-out reads a word per load, not a byte.
+        let mut k = 0;
+        while k < out.len() && !(self.ptr as usize + offset + k).is_multiple_of(8) {
             // SAFETY: in range; volatile for the same reason as read_u64.
-            *b = unsafe { std::ptr::read_volatile(self.ptr.add(offset + k)) };
+            out[k] = unsafe { std::ptr::read_volatile(self.ptr.add(offset + k)) };
+            k += 1;
+        }
+        while out.len() - k >= 8 {
+            // SAFETY: in range and 8-byte aligned (the loop above); volatile as above.
+            let w = unsafe { std::ptr::read_volatile(self.ptr.add(offset + k) as *const u64) };
+            out[k..k + 8].copy_from_slice(&w.to_ne_bytes());
+            k += 8;
+        }
+        while k < out.len() {
+            // SAFETY: in range; volatile as above.
+            out[k] = unsafe { std::ptr::read_volatile(self.ptr.add(offset + k)) };
+            k += 1;
         }
     }
 }

@@ -41,7 +41,7 @@ pub use cache::{
 pub use error::{Bounds, Error, Result};
 pub use fault::{FaultAction, FaultHandling, FaultHook};
 pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};
-pub use mapping::{MapOptions, Mapping, Placement, UnmapError};
+pub use mapping::{BeforeWriteback, MapOptions, Mapping, OptimisticRead, Placement, UnmapError};
 pub use stats::{StatsSnapshot, LATENCY_BUCKETS};
 
 /// The examples of `docs/guide.md`, run as doc tests so the guide cannot drift from the API.

@@ -48,19 +48,23 @@ mod evict;
 mod fault;
 mod handle;
 mod home;
+mod hooks;
 mod lists;
 mod options;
 mod pin;
 mod stream;
 mod sync_ledger;
 mod typed;
+mod upgrade;
 mod write;
 mod writeback;
 
 use aside::AsidePool;
 pub use handle::{Mapping, UnmapError};
 use home::Home;
+pub use hooks::BeforeWriteback;
 pub use options::{MapOptions, Placement};
+pub use upgrade::OptimisticRead;
 
 const MIN_BUFFER: usize = 4096;
 const MAX_BUFFER: usize = 1 << 30;
@@ -101,6 +105,8 @@ pub(crate) struct MappingCore {
     sync_ledger: sync_ledger::SyncLedger,
     /// This mapping's share of the cache's statistics ([`Mapping::stats`]).
     own_stats: Arc<crate::stats::Stats>,
+    /// [`MapOptions::before_writeback`].
+    before_writeback: Option<hooks::BeforeWriteback>,
 }
 
 /// `bs` if it is a buffer size a mapping can have: a power of two from 4 KiB to 1 GiB.
@@ -325,6 +331,7 @@ impl MappingCore {
             aside,
             sync_ledger: Default::default(),
             own_stats,
+            before_writeback: o.before_writeback,
         })
     }
 

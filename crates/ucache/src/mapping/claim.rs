@@ -89,6 +89,11 @@ impl<'a> LoadClaim<'a> {
         self.m.fill(self.i, writable, &mut self.filled, sw)
     }
 
+    /// Makes the buffer resident as zeros, without a read ([`MappingCore::fill_zeros`]).
+    pub(super) fn fill_zeros(&mut self, writable: bool) -> Result<()> {
+        self.m.fill_zeros(self.i, writable, &mut self.filled)
+    }
+
     /// `Loading → Cached`, holding `pin`; `dirty` publishes it dirty (a transparent write
     /// miss). The policy learns of the buffer while we still own it.
     pub(super) fn publish(self, pin: Pin, prefetched: bool, dirty: bool) {

@@ -14,7 +14,7 @@ mod model;
 /// A mapped object. Dropping it writes back and releases everything, like [`Mapping::unmap`]
 /// but without a way to report failure: call `unmap` to learn of it.
 pub struct Mapping {
-    core: Arc<MappingCore>,
+    pub(super) core: Arc<MappingCore>,
 }
 
 /// `unmap` could not write everything back. The mapping is handed back intact, dirty data

@@ -164,6 +164,28 @@ impl MappingCore {
         })?
     }
 
+    /// Makes claimed buffer `i` resident as zeros without reading the store, for a caller
+    /// that overwrites it whole (a page just allocated): [`MappingCore::fill`] without the
+    /// read. A reused pool frame or a transparent page must not show old bytes, so the
+    /// zeros are written, not assumed.
+    pub(super) fn fill_zeros(&self, i: u64, writable: bool, filled: &mut bool) -> Result<()> {
+        *filled = true;
+        if !self.home.is_transparent() {
+            // SAFETY: buffer i is Loading and ours, and its room taken: no other thread
+            // touches its memory until we publish it.
+            unsafe { std::ptr::write_bytes(self.ptr(i), 0, self.bs) };
+            return Ok(());
+        }
+        with_staging(self.bs, |p| {
+            // SAFETY: the staging area is this thread's and at least bs long; buffer i is
+            // Loading and ours.
+            unsafe {
+                std::ptr::write_bytes(p, 0, self.bs);
+                self.install(i, p, self.bs, writable)
+            }
+        })?
+    }
+
     /// Installs `len` staged bytes at `src` as buffers `i..` of a transparent mapping.
     ///
     /// # Safety

@@ -40,6 +40,7 @@ pub struct MapOptions {
     pub(super) readahead: bool,
     pub(super) weight: u32,
     pub(super) placement: Placement,
+    pub(super) before_writeback: Option<super::hooks::BeforeWriteback>,
 }
 
 impl Default for MapOptions {
@@ -58,6 +59,7 @@ impl Default for MapOptions {
             readahead: true,
             weight: 1,
             placement: Placement::InPlace,
+            before_writeback: None,
         }
     }
 }
@@ -187,6 +189,14 @@ impl MapOptions {
     /// ```
     pub fn placement(mut self, placement: Placement) -> Self {
         self.placement = placement;
+        self
+    }
+    /// A hook that runs before every write-back of a dirty buffer, whatever asked for it
+    /// (eviction, [`Mapping::writeback`](crate::Mapping::writeback), `msync`, `unmap`): see
+    /// [`BeforeWriteback`](crate::BeforeWriteback). An error keeps the buffer dirty and is
+    /// reported as that write's failure.
+    pub fn before_writeback(mut self, hook: super::hooks::BeforeWriteback) -> Self {
+        self.before_writeback = Some(hook);
         self
     }
 

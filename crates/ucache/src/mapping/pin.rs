@@ -59,7 +59,7 @@ impl MappingCore {
     /// to be released: the holder would wait on itself. The faulting thread itself can tell
     /// (`crate::held`), so the default mode lifts the protection only on a write.
     #[cold]
-    fn open_for_holder(&self, s: &BufferState, i: u64) -> Result<()> {
+    pub(super) fn open_for_holder(&self, s: &BufferState, i: u64) -> Result<()> {
         if s.load().dirty() {
             return Ok(());
         }

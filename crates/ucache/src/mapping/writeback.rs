@@ -53,21 +53,31 @@ impl MappingCore {
         if claimed.is_empty() {
             return Vec::new();
         }
+        // The hook first: a buffer it refuses is not written, and stays dirty.
+        let refused = self.run_before_writeback(claimed);
         let reqs: Vec<IoBuf> = claimed
             .iter()
+            .filter(|&&i| !refused.iter().any(|(j, _)| *j == i))
             .map(|&i| {
                 // SAFETY: the write-back pin keeps writers out; the store only reads.
                 unsafe { IoBuf::new(self.ptr(i), self.valid(i), self.object_offset(i)) }
             })
             .collect();
         let mut out = Vec::with_capacity(reqs.len());
-        self.object.write_batch(&reqs, &mut out);
+        if !reqs.is_empty() {
+            self.object.write_batch(&reqs, &mut out);
+        }
         drop(reqs);
+        let mut refused = refused.into_iter().peekable();
+        let mut k = 0;
         claimed
             .iter()
-            .enumerate()
-            .map(|(k, &i)| {
-                take_result(&mut out, k)
+            .map(|&i| {
+                if refused.peek().is_some_and(|(j, _)| *j == i) {
+                    return Err(refused.next().unwrap().1);
+                }
+                k += 1;
+                take_result(&mut out, k - 1)
                     .map(drop)
                     .map_err(|e| Error::io("write", self.object.name(), self.object_offset(i), e))
             })

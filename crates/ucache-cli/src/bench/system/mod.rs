@@ -259,7 +259,7 @@ pub struct Params {
     pub pool_huge_pages: bool,
     /// ucache systems: the policy spec of the row ([`SystemRow`]); `None` for the default.
     pub policy: Option<String>,
-    /// `tenants`: [`ucache::MapOptions::weight`] of tenant A and tenant B.
+    /// `tenants`: [`::ucache::MapOptions::weight`] of tenant A and tenant B.
     pub tenant_weights: [u32; 2],
 }
 

@@ -1,0 +1,334 @@
+//! `ucache-kv bench`: the store on ucache against LMDB, on the same machine, in one run.
+//!
+//! Every measurement runs in its own worker process (this binary, `worker`), inside a memory
+//! cgroup of the run's budget (plus 8 MiB of slack for the process itself), with the data
+//! files dropped from the page cache first: LMDB is held to the budget, and the store's own
+//! file reads cannot hide in the page cache either. Systems and workloads are interleaved
+//! within each repetition, so drift on a shared machine hits them alike.
+
+mod mmap;
+mod systems;
+mod workload;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use ucache_cli::bench::cgroup::{self, MemCgroup};
+use ucache_cli::bench::cpu::self_cpu;
+use ucache_cli::bench::datafile::drop_page_cache;
+
+use systems::{KvMmap, KvUcache, Lmdb, System};
+
+const SYSTEMS: [&str; 3] = ["kv-ucache-inplace", "kv-mmap", "lmdb"];
+const SLACK: u64 = 8 << 20;
+
+#[derive(Parser)]
+#[command(name = "ucache-kv", about = "The ucache-kv store's benchmark")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Runs every system on every workload, in memory and out of memory.
+    Bench(BenchArgs),
+    /// One measurement (run by `bench`).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+#[derive(Parser, Clone)]
+struct BenchArgs {
+    /// Where the data sets live (one directory per system; kept between runs).
+    #[arg(long, default_value = "target/kv-bench")]
+    dir: PathBuf,
+    /// Keys (8 bytes each, 120-byte values).
+    #[arg(long, default_value_t = 400_000)]
+    keys: u64,
+    /// The in-memory budget (larger than the data).
+    #[arg(long, default_value_t = 512 << 20)]
+    memory_in: u64,
+    /// The out-of-memory budget (data at least 4 times larger).
+    #[arg(long, default_value_t = 16 << 20)]
+    memory_out: u64,
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    #[arg(long, default_value_t = 2)]
+    reps: usize,
+    /// Measured seconds per run, after `warmup` seconds.
+    #[arg(long, default_value_t = 4.0)]
+    seconds: f64,
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Workloads (comma-separated): lookup, ycsb-a, ycsb-b, ycsb-c.
+    #[arg(long, default_value = "lookup,ycsb-a,ycsb-b,ycsb-c")]
+    workloads: String,
+    /// Write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Parser)]
+struct WorkerArgs {
+    #[arg(long)]
+    system: String,
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    keys: u64,
+    #[arg(long)]
+    memory: u64,
+    #[arg(long)]
+    workload: Option<String>,
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    #[arg(long, default_value_t = 4.0)]
+    seconds: f64,
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Join this memory cgroup first.
+    #[arg(long)]
+    cgroup: Option<PathBuf>,
+}
+
+/// One measurement, in the shape the issue asks for (plus the size class and durability).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Measurement {
+    system: String,
+    workload: String,
+    size: String,
+    durability: String,
+    threads: usize,
+    data_bytes: u64,
+    memory_bytes: u64,
+    ops_per_sec: f64,
+    cpu_us_per_op: f64,
+    p99_us: f64,
+}
+
+fn open(system: &str, dir: &Path, memory: u64) -> Box<dyn System> {
+    match system {
+        "kv-ucache-inplace" => Box::new(KvUcache::open(dir, memory)),
+        "kv-mmap" => Box::new(KvMmap::open(dir)),
+        "lmdb" => Box::new(Lmdb::open(dir)),
+        s => panic!("unknown system {s}"),
+    }
+}
+
+/// The bytes of a system's data files.
+fn data_bytes(system: &str, dir: &Path) -> u64 {
+    match system {
+        "kv-ucache-inplace" => {
+            // Pages in use, not the sparse file's length.
+            let kv = KvUcache::open(dir, 64 << 20);
+            kv.0.pages_used().unwrap() * 4096
+        }
+        "kv-mmap" => {
+            let mut first = [0u8; 64];
+            let f = std::fs::File::open(dir.join("data.mmap")).unwrap();
+            std::os::unix::fs::FileExt::read_at(&f, &mut first, 0).unwrap();
+            ucache_kv::meta::next_page(&first[..]) * 4096
+        }
+        _ => std::fs::metadata(dir.join("data.mdb")).map_or(0, |m| m.len()),
+    }
+}
+
+fn data_files(system: &str, dir: &Path) -> Vec<PathBuf> {
+    match system {
+        "kv-ucache-inplace" => vec![dir.join("data"), dir.join("wal")],
+        "kv-mmap" => vec![dir.join("data.mmap")],
+        _ => vec![dir.join("data.mdb")],
+    }
+}
+
+fn worker(a: WorkerArgs) {
+    if let Some(cg) = &a.cgroup {
+        cgroup::join(cg).expect("join the memory cgroup");
+    }
+    let sys = open(&a.system, &a.dir, a.memory);
+    let Some(w) = a.workload else {
+        let bar = ProgressBar::new(a.keys);
+        sys.load(a.keys, &|n| workload::value(n, 0), &|n| bar.set_position(n));
+        bar.finish_and_clear();
+        return;
+    };
+    let cpu0 = self_cpu();
+    let (ops, hist) = workload::run(&*sys, &w, a.keys, a.threads, a.warmup, a.seconds);
+    let cpu = (self_cpu() - cpu0).as_secs_f64();
+    sys.finish();
+    // CPU includes the warmup: scale it to the measured share of the time.
+    let share = a.seconds / (a.seconds + a.warmup);
+    let m = Measurement {
+        system: a.system.clone(),
+        workload: w,
+        size: String::new(),
+        durability: "nosync".into(),
+        threads: a.threads,
+        data_bytes: 0,
+        memory_bytes: a.memory,
+        ops_per_sec: ops as f64 / a.seconds,
+        cpu_us_per_op: cpu * share * 1e6 / ops.max(1) as f64,
+        p99_us: hist.quantile(0.99) / 1000.0,
+    };
+    println!("RESULT {}", serde_json::to_string(&m).unwrap());
+}
+
+fn run_worker(args: &[String]) -> Option<Measurement> {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .arg("worker")
+        .args(args)
+        .output()
+        .expect("spawn worker");
+    if !out.status.success() {
+        eprintln!(
+            "worker {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .map(|j| serde_json::from_str(j).unwrap())
+}
+
+fn bench(a: BenchArgs) {
+    let workloads: Vec<String> = a.workloads.split(',').map(str::to_string).collect();
+    for w in &workloads {
+        assert!(
+            workload::WORKLOADS.contains(&w.as_str()),
+            "unknown workload {w}"
+        );
+    }
+    let dir_of = |s: &str| a.dir.join(format!("{s}-{}", a.keys));
+    // Load each data set once (kept between runs).
+    let mut sizes = Vec::new();
+    for s in SYSTEMS {
+        let d = dir_of(s);
+        if !d.join("loaded").exists() {
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            eprintln!("loading {} keys into {s} ...", a.keys);
+            let t = Instant::now();
+            let st = Command::new(std::env::current_exe().unwrap())
+                .args(["worker", "--system", s, "--keys", &a.keys.to_string()])
+                .args(["--memory", &a.memory_in.to_string(), "--dir"])
+                .arg(&d)
+                .status()
+                .unwrap();
+            assert!(st.success(), "loading {s} failed");
+            std::fs::write(d.join("loaded"), "").unwrap();
+            eprintln!("  {:.1} s", t.elapsed().as_secs_f64());
+        }
+        sizes.push(data_bytes(s, &d));
+    }
+    let classes = [("in-memory", a.memory_in), ("out-of-memory", a.memory_out)];
+    for (s, b) in SYSTEMS.iter().zip(&sizes) {
+        eprintln!("{s}: {:.1} MiB of data", *b as f64 / (1 << 20) as f64);
+    }
+    let total = (a.reps * classes.len() * workloads.len() * SYSTEMS.len()) as u64;
+    let bar = ProgressBar::new(total);
+    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} {msg} (eta {eta})").unwrap());
+    let mut results: Vec<Measurement> = Vec::new();
+    for rep in 0..a.reps {
+        for (class, memory) in classes {
+            for w in &workloads {
+                for (si, s) in SYSTEMS.iter().enumerate() {
+                    bar.set_message(format!("rep {rep} {class} {w} {s}"));
+                    let d = dir_of(s);
+                    for f in data_files(s, &d) {
+                        let _ = drop_page_cache(&f, false);
+                    }
+                    let cg = MemCgroup::create(memory + SLACK).ok();
+                    let mut args: Vec<String> = vec![
+                        "--system".into(),
+                        s.to_string(),
+                        "--dir".into(),
+                        d.to_string_lossy().into(),
+                        "--keys".into(),
+                        a.keys.to_string(),
+                        "--memory".into(),
+                        memory.to_string(),
+                        "--workload".into(),
+                        w.clone(),
+                        "--threads".into(),
+                        a.threads.to_string(),
+                        "--seconds".into(),
+                        a.seconds.to_string(),
+                        "--warmup".into(),
+                        a.warmup.to_string(),
+                    ];
+                    if let Some(cg) = &cg {
+                        args.push("--cgroup".into());
+                        args.push(cg.dir().to_string_lossy().into());
+                    }
+                    if let Some(mut m) = run_worker(&args) {
+                        m.size = class.into();
+                        m.data_bytes = sizes[si];
+                        results.push(m);
+                    }
+                    if let Some(cg) = cg {
+                        cg.remove();
+                    }
+                    bar.inc(1);
+                }
+            }
+        }
+    }
+    bar.finish_and_clear();
+    report(&results, &workloads, &classes);
+    if let Some(p) = a.json {
+        std::fs::write(&p, serde_json::to_string_pretty(&results).unwrap()).unwrap();
+        eprintln!("wrote {}", p.display());
+    }
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+fn report(results: &[Measurement], workloads: &[String], classes: &[(&str, u64)]) {
+    println!(
+        "| size | workload | system | ops/s (mean of reps) | per rep | CPU µs/op | p99 µs | vs lmdb |"
+    );
+    println!("|---|---|---|---:|---|---:|---:|---:|");
+    for (class, _) in classes {
+        for w in workloads {
+            let of = |s: &str| -> Vec<&Measurement> {
+                results
+                    .iter()
+                    .filter(|m| m.size == *class && &m.workload == w && m.system == s)
+                    .collect()
+            };
+            let base = mean(&of("lmdb").iter().map(|m| m.ops_per_sec).collect::<Vec<_>>());
+            for s in SYSTEMS {
+                let ms = of(s);
+                if ms.is_empty() {
+                    continue;
+                }
+                let ops: Vec<f64> = ms.iter().map(|m| m.ops_per_sec).collect();
+                let per: Vec<String> = ops.iter().map(|o| format!("{o:.0}")).collect();
+                println!(
+                    "| {class} | {w} | {s} | {:.0} | {} | {:.2} | {:.1} | {:.2}× |",
+                    mean(&ops),
+                    per.join(", "),
+                    mean(&ms.iter().map(|m| m.cpu_us_per_op).collect::<Vec<_>>()),
+                    mean(&ms.iter().map(|m| m.p99_us).collect::<Vec<_>>()),
+                    mean(&ops) / base
+                );
+            }
+        }
+    }
+}
+
+fn main() {
+    match Cli::parse().cmd {
+        Cmd::Bench(a) => bench(a),
+        Cmd::Worker(a) => worker(a),
+    }
+}

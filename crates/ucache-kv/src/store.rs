@@ -1,0 +1,316 @@
+//! [`Kv`]: the store's public face. Opening (with recovery), reads, write batches with group
+//! commit, and checkpoints.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use ucache::policy::{Clock, Veto};
+use ucache::store::{FileStore, OpenOptions, Store};
+use ucache::{BeforeWriteback, Cache, CacheOptions, MapOptions, Mapping};
+
+use crate::error::{KvError, Result};
+use crate::node;
+use crate::recovery::{self, DataState};
+use crate::tree::{self, Direction};
+use crate::txn::WriteTxn;
+use crate::wal::Wal;
+
+/// How to open a store.
+#[derive(Clone)]
+pub struct KvOptions {
+    /// Where the data file and the log live: any ucache store (files, memory, a fault-injecting
+    /// or recording wrapper).
+    pub store: Arc<dyn Store>,
+    /// The data file's object name.
+    pub data: String,
+    /// The log's object name.
+    pub wal: String,
+    /// Bytes per page (a power of two from 4 KiB to 64 KiB; a store keeps the size it was
+    /// created with).
+    pub page_size: usize,
+    /// The cache's memory budget.
+    pub memory_bytes: u64,
+    /// Pages the data file can hold, for a new store (the data file is created at this size,
+    /// sparse; the mapping reserves address space for it, not memory).
+    pub capacity_pages: u64,
+    /// Each commit is durable when `write` returns (true, the default); false: commits are
+    /// logged in memory and made durable by the next sync (a later synced commit, a
+    /// checkpoint, [`Kv::sync`], or a page write-back), so a crash may lose the latest ones,
+    /// never part of one.
+    pub sync_commits: bool,
+    /// A checkpoint runs once the log holds this many bytes.
+    pub checkpoint_bytes: u64,
+    /// How long a load waits for memory when every resident page is pinned or vetoed (a batch
+    /// larger than the budget): after that it fails with the cache's `BudgetExhausted`.
+    pub budget_wait: std::time::Duration,
+}
+
+impl KvOptions {
+    /// A store in directory `dir` (files `data` and `wal`), 4 KiB pages, 64 MiB of cache,
+    /// room for 16 GiB of pages, synced commits, checkpoints every 64 MiB of log.
+    pub fn in_dir(dir: impl AsRef<Path>) -> Self {
+        let d = dir.as_ref();
+        KvOptions {
+            store: Arc::new(FileStore::new()),
+            data: d.join("data").to_string_lossy().into_owned(),
+            wal: d.join("wal").to_string_lossy().into_owned(),
+            page_size: 4096,
+            memory_bytes: 64 << 20,
+            capacity_pages: 4 << 20,
+            sync_commits: true,
+            checkpoint_bytes: 64 << 20,
+            budget_wait: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
+/// One operation of a [`WriteBatch`].
+#[derive(Clone, Debug)]
+pub enum Op {
+    Put(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+}
+
+/// Puts and deletes applied atomically by [`Kv::write`], in order.
+#[derive(Clone, Debug, Default)]
+pub struct WriteBatch {
+    pub ops: Vec<Op>,
+}
+
+impl WriteBatch {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> &mut Self {
+        self.ops.push(Op::Put(key.into(), value.into()));
+        self
+    }
+    pub fn delete(&mut self, key: impl Into<Vec<u8>>) -> &mut Self {
+        self.ops.push(Op::Delete(key.into()));
+        self
+    }
+}
+
+/// A B+tree key-value store on a ucache mapping. Share it between threads by reference (it is
+/// `Sync`): reads run in parallel with each other and with the one writer.
+pub struct Kv {
+    // Declared first so it is dropped (written back, with the log flushed first by its hook)
+    // before the log it depends on.
+    map: Mapping,
+    wal: Arc<Wal>,
+    lsns: Arc<[AtomicU64]>,
+    writer: Mutex<()>,
+    sync_commits: bool,
+    checkpoint_bytes: u64,
+    _cache: Cache,
+}
+
+impl Kv {
+    /// Opens the store, creating it if its data file is missing or empty, and recovers it:
+    /// every batch whose `write` returned (with synced commits) is there, and no part of any
+    /// other.
+    pub fn open(o: KvOptions) -> Result<Kv> {
+        if !o.page_size.is_power_of_two() || !(4096..=65536).contains(&o.page_size) {
+            return Err(KvError::BadPageSize(o.page_size));
+        }
+        let state = recovery::inspect(&o.store, &o.data, o.page_size)?;
+        let wal_obj = o.store.open(&o.wal, OpenOptions::create())?;
+        let (wal, records) = Wal::open(wal_obj)?;
+        recovery::check_pairing(&state, records)?;
+        let wal = Arc::new(wal);
+        let capacity = match state {
+            DataState::New => o.capacity_pages.max(2),
+            DataState::Existing { capacity } => capacity,
+        };
+        let lsns = recovery::page_lsns(capacity);
+        let cache = Cache::new(
+            CacheOptions::new(o.memory_bytes.max(16 * o.page_size as u64))
+                .batch(8)
+                .budget_wait(o.budget_wait),
+        )?;
+        // The eviction veto: a page may go only once the batch that last changed it is
+        // logged (no-steal of uncommitted changes; a batch in progress marks its pages
+        // u64::MAX). The hook: before any write-back, the log is durable up to the page's LSN.
+        let (veto_lsns, veto_wal) = (lsns.clone(), wal.clone());
+        let policy = Veto::new(Clock::new(), move |i| {
+            veto_lsns[i as usize].load(Ordering::Acquire) <= veto_wal.appended()
+        });
+        let hook_wal = wal.clone();
+        let hook: BeforeWriteback = Arc::new(move |_, bytes: &[u8]| {
+            hook_wal
+                .flush_to(node::page_lsn(bytes))
+                .map_err(std::io::Error::other)
+        });
+        let map = cache.map(
+            o.store.clone(),
+            &o.data,
+            MapOptions::new()
+                .buffer_size(o.page_size)
+                .len(capacity * o.page_size as u64)
+                .writable(true)
+                .create(true)
+                .policy(Box::new(policy))
+                .before_writeback(hook),
+        )?;
+        let kv = Kv {
+            map,
+            wal,
+            lsns,
+            writer: Mutex::new(()),
+            sync_commits: o.sync_commits,
+            checkpoint_bytes: o.checkpoint_bytes,
+            _cache: cache,
+        };
+        match state {
+            DataState::New => recovery::create(&kv.map)?,
+            DataState::Existing { .. } => {
+                if recovery::replay(&kv.map, &kv.wal)? > 0 {
+                    kv.checkpoint()?;
+                }
+            }
+        }
+        Ok(kv)
+    }
+
+    /// The longest key: a sixteenth of a page.
+    pub fn max_key_len(&self) -> usize {
+        self.map.buffer_size() / 16
+    }
+    /// The longest value: a quarter of a page.
+    pub fn max_value_len(&self) -> usize {
+        self.map.buffer_size() / 4
+    }
+
+    fn check_key(&self, k: &[u8]) -> Result<()> {
+        let max = self.max_key_len();
+        if k.is_empty() || k.len() > max {
+            return Err(KvError::KeyTooLarge { len: k.len(), max });
+        }
+        Ok(())
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.check_key(key)?;
+        tree::get(&self.map, key)
+    }
+
+    /// Entries with `from <= key < to` (unbounded where `None`), in key order in direction
+    /// `dir`, at most `limit`. Not a snapshot: each leaf is read atomically, but a batch that
+    /// commits during the scan may show in the leaves read after it and not in those before.
+    pub fn scan(
+        &self,
+        from: Option<&[u8]>,
+        to: Option<&[u8]>,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        tree::scan(&self.map, from, to, dir, limit)
+    }
+
+    /// Inserts or replaces one value (a batch of one).
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value);
+        self.write(&b)
+    }
+
+    /// Removes `key` (a batch of one); whether it was there.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        let mut b = WriteBatch::new();
+        b.delete(key);
+        let mut found = false;
+        self.write_with(&b, |f| found = f)?;
+        Ok(found)
+    }
+
+    /// Applies the batch atomically. Isolation: batches are serialized by one writer lock;
+    /// readers see each key before or after a whole batch (the pages a batch changes stay
+    /// pinned exclusively until it is logged), and may see a batch before its `write` has
+    /// returned (before it is durable: after a crash it is gone, as is its `write`'s `Ok`).
+    /// Bad input (a key or value too large) is refused before anything changes; an error in
+    /// the middle (an IO error loading a page, a full store) undoes the whole batch.
+    pub fn write(&self, batch: &WriteBatch) -> Result<()> {
+        self.write_with(batch, |_| {})
+    }
+
+    fn write_with(&self, batch: &WriteBatch, mut deleted: impl FnMut(bool)) -> Result<()> {
+        for op in &batch.ops {
+            match op {
+                Op::Put(k, v) => {
+                    self.check_key(k)?;
+                    let max = self.max_value_len();
+                    if v.len() > max {
+                        return Err(KvError::ValueTooLarge { len: v.len(), max });
+                    }
+                }
+                Op::Delete(k) => self.check_key(k)?,
+            }
+        }
+        let lock = self.writer.lock();
+        let mut txn = WriteTxn::new(&self.map, &self.lsns);
+        for op in &batch.ops {
+            let r = match op {
+                Op::Put(k, v) => tree::put(&mut txn, k, v),
+                Op::Delete(k) => tree::delete(&mut txn, k).map(&mut deleted),
+            };
+            if let Err(e) = r {
+                txn.abort();
+                return Err(e);
+            }
+        }
+        let lsn = txn.commit(&self.wal)?;
+        if self.wal.log_bytes() >= self.checkpoint_bytes {
+            self.checkpoint_locked()?;
+        }
+        drop(lock);
+        match lsn {
+            Some(lsn) if self.sync_commits => self.wal.flush_to(lsn),
+            // No-sync: keep the buffer bounded.
+            Some(_) if self.wal.buffered() >= 4 << 20 => self.wal.flush_all(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Makes every commit so far durable (for no-sync commits).
+    pub fn sync(&self) -> Result<()> {
+        self.wal.flush_all()
+    }
+
+    /// Writes every changed page to the data file, syncs it and empties the log.
+    pub fn checkpoint(&self) -> Result<()> {
+        let _lock = self.writer.lock();
+        self.checkpoint_locked()
+    }
+
+    fn checkpoint_locked(&self) -> Result<()> {
+        self.wal.flush_all()?;
+        self.map.msync(0, self.map.len())?;
+        self.wal.reset()
+    }
+
+    /// Checkpoints and closes; errors that a drop would only print are returned.
+    pub fn close(self) -> Result<()> {
+        self.checkpoint()
+    }
+
+    /// The mapping under the store (statistics, residency).
+    pub fn mapping(&self) -> &Mapping {
+        &self.map
+    }
+
+    /// Pages in use (the allocator's high-water mark, meta page included).
+    pub fn pages_used(&self) -> Result<u64> {
+        Ok(self.map.read_optimistic(0, |v| crate::meta::next_page(v))?)
+    }
+
+    /// Bytes in the log since the last checkpoint.
+    pub fn log_bytes(&self) -> u64 {
+        self.wal.log_bytes()
+    }
+}

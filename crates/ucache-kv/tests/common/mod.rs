@@ -1,0 +1,68 @@
+//! What the store's integration tests share: the watchdog (a hang fails the test instead of
+//! stalling the suite; it never times the code), and stores in memory.
+
+#![allow(dead_code)] // not every test binary uses every helper
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ucache::store::{MemoryStore, Store};
+use ucache_kv::KvOptions;
+
+/// How long a test may go without finishing before it is called hung.
+pub const HANG: Duration = Duration::from_secs(300);
+
+/// Runs `f` on its own thread, failing the test (naming `what`) if it has not finished within
+/// [`HANG`].
+pub fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let _ = tx.send(r);
+    });
+    match rx.recv_timeout(HANG) {
+        Ok(Ok(v)) => v,
+        Ok(Err(p)) => std::panic::resume_unwind(p),
+        Err(_) => panic!("{what}: hung for {HANG:?}"),
+    }
+}
+
+/// Options for a store in `store`, with small pages, a small cache and a small capacity.
+pub fn options(store: Arc<dyn Store>, page_size: usize, memory_pages: u64) -> KvOptions {
+    let mut o = KvOptions::in_dir("unused");
+    o.store = store;
+    o.data = "data".into();
+    o.wal = "wal".into();
+    o.page_size = page_size;
+    o.memory_bytes = memory_pages * page_size as u64;
+    o.capacity_pages = 1 << 16;
+    o.checkpoint_bytes = 1 << 20;
+    o
+}
+
+pub fn memory_store() -> Arc<MemoryStore> {
+    Arc::new(MemoryStore::new())
+}
+
+/// A key of the test's key space: `n` in a fixed width, optionally padded to vary lengths.
+pub fn key(n: u64) -> Vec<u8> {
+    let mut k = format!("key{n:08}").into_bytes();
+    k.extend(std::iter::repeat_n(b'.', (n % 13) as usize));
+    k
+}
+
+/// A value naming its key and a version, so a value under the wrong key shows.
+pub fn value(n: u64, version: u64, len: usize) -> Vec<u8> {
+    let mut v = format!("{n}:{version}:").into_bytes();
+    v.resize(len.max(v.len()), b'v');
+    v
+}
+
+/// The (key number, version) a value names.
+pub fn parse_value(v: &[u8]) -> (u64, u64) {
+    let s = std::str::from_utf8(v).expect("value is text");
+    let mut it = s.split(':');
+    let n = it.next().unwrap().parse().unwrap();
+    let ver = it.next().unwrap().parse().unwrap();
+    (n, ver)
+}
