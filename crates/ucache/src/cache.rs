@@ -55,6 +55,12 @@ fn default_io_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
+/// Eviction rounds in a row that freed nothing and met failed write-backs, after which a load
+/// gives up with [`Error::WritebackFailed`] instead of waiting out `budget_wait`. Two, not
+/// one: the second round tries other candidates (the policy's hand and the sweep move on), so
+/// one unwritable batch beside clean buffers does not fail a load.
+const FAILED_WRITEBACK_ROUNDS: u32 = 2;
+
 /// The background evictor engages where the budget holds at least this many batches.
 pub const BACKGROUND_EVICTION_BATCHES: u64 = 64;
 
@@ -557,6 +563,8 @@ impl CacheCore {
         let mut stuck_since: Option<Instant> = None;
         let mut stalled = false;
         let mut spins = 0u32;
+        // Rounds in a row that freed nothing because the write-backs they tried failed.
+        let mut failed_rounds = 0u32;
         loop {
             if let Some(t) = take(false) {
                 return Ok(Some(t));
@@ -564,7 +572,26 @@ impl CacheCore {
             if self.evict_round() > 0 {
                 stuck_since = None;
                 spins = 0;
+                failed_rounds = 0;
+                // A failure beside the progress is not what this load waits on.
+                take_writeback_failure();
                 continue;
+            }
+            if wait {
+                if let Some((failed, first)) = take_writeback_failure() {
+                    // Unwritable dirty data (a full disk, a store that is down) does not
+                    // come free by waiting, unlike a pin: after rounds of failed write-backs
+                    // only, say so now rather than retry the same writes for all of
+                    // `budget_wait`. The buffers stay dirty and resident.
+                    failed_rounds += 1;
+                    if failed_rounds >= FAILED_WRITEBACK_ROUNDS {
+                        return Err(Error::WritebackFailed {
+                            failed,
+                            first: Box::new(first),
+                        });
+                    }
+                    note_writeback_failure(failed, first);
+                }
             }
             // A global policy may ask for eviction before the budget is full; with nothing
             // evictable, that early request must not refuse what the budget still holds.

@@ -349,13 +349,11 @@ fn a_restore_without_room_fails_as_a_miss_and_loses_nothing() {
 /// write-backs the miss attempts, not by timing it: at most one per dirty buffer. Nothing is
 /// lost either way: once writes work, msync writes it all.
 ///
-/// Open: today `CacheCore::reserve` (cache.rs) retries eviction rounds until `budget_wait`
-/// passes, each round trying the same dirty buffers again (1,024 to 1,648 failed write-backs
-/// per miss in docs/reliability.md's ENOSPC runs); the fix belongs there, in a file another
-/// branch is rewriting. With the 2 s wait below, this test makes thousands of write attempts
-/// and fails.
+/// Before the fix `CacheCore::reserve` retried eviction rounds until `budget_wait` passed,
+/// each round trying the same dirty buffers again (11,704 write attempts for these 16 buffers
+/// in 2 s; 1,024 to 1,648 per miss in docs/reliability.md's ENOSPC runs). It now gives up
+/// after a few rounds whose write-backs all failed.
 #[test]
-#[ignore = "fails today: CacheCore::reserve (cache.rs) retries failed write-backs for all of budget_wait; fix pending the load-path rewrite"]
 fn a_miss_behind_unwritable_dirty_data_fails_after_one_try_of_each_write_back() {
     use std::sync::atomic::Ordering::Relaxed;
     use ucache::store::FaultStore;
