@@ -55,19 +55,20 @@ impl<'a> OptimisticRead<'a> {
         self.unchanged(self.mapping.state(self.index).load())
     }
 
+    /// Takes the pin `pin` makes of the word, in one CAS, if the buffer is unchanged since the
+    /// read began: `None` (nothing taken) otherwise.
+    fn pin_if_unchanged(&self, pin: fn(Word) -> Option<Word>) -> Option<()> {
+        crate::sync::fence(Ordering::Acquire);
+        let s = self.mapping.state(self.index);
+        s.update(|w| if self.unchanged(w) { pin(w) } else { None })
+            .ok()
+            .map(drop)
+    }
+
     /// The read as a shared pin, if the buffer is unchanged since it began; `None` otherwise
     /// (the caller restarts its read). Never waits.
     pub fn upgrade_shared(self) -> Option<SharedGuard<'a>> {
-        crate::sync::fence(Ordering::Acquire);
-        let s = self.mapping.state(self.index);
-        s.update(|w| {
-            if self.unchanged(w) {
-                w.pin_shared()
-            } else {
-                None
-            }
-        })
-        .ok()?;
+        self.pin_if_unchanged(Word::pin_shared)?;
         // SAFETY: we hold a shared pin on a cached buffer.
         Some(unsafe {
             SharedGuard::new(
@@ -85,16 +86,7 @@ impl<'a> OptimisticRead<'a> {
         if !self.mapping.writable {
             return None;
         }
-        crate::sync::fence(Ordering::Acquire);
-        let s = self.mapping.state(self.index);
-        s.update(|w| {
-            if self.unchanged(w) {
-                w.pin_exclusive()
-            } else {
-                None
-            }
-        })
-        .ok()?;
+        self.pin_if_unchanged(Word::pin_exclusive)?;
         self.mapping.exclusive_guard(self.index).ok()
     }
 }

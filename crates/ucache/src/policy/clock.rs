@@ -7,7 +7,7 @@
 //! order, as in the textbook algorithm, so buffers loaded together (a scan, a readahead run)
 //! are evicted together and their pages dropped as one range.
 
-use super::config::{check_range, parse_value, unknown_preset};
+use super::config::{check_range, default_or_libcachesim, parse_value};
 use super::{Buffers, CounterClock, Layout, Policy, PolicyConfig, PolicyConfigError, ResidentSet};
 use crate::state::Phase;
 
@@ -83,12 +83,7 @@ impl PolicyConfig for ClockConfig {
     }
 
     fn preset(&mut self, name: &str) -> Result<(), PolicyConfigError> {
-        *self = match name {
-            "default" => Self::default(),
-            "libcachesim" => Self::libcachesim(),
-            _ => return Err(unknown_preset(self, name)),
-        };
-        Ok(())
+        default_or_libcachesim(self, name, Self::libcachesim)
     }
 
     fn validate(&self) -> Result<(), PolicyConfigError> {

@@ -127,6 +127,21 @@ pub trait PolicyConfig: Debug + Send + Sync {
 }
 
 /// The error for a preset that `config` does not know.
+/// [`PolicyConfig::preset`] for a configuration whose one preset besides `default` is
+/// libCacheSim's parameters.
+pub(crate) fn default_or_libcachesim<C: PolicyConfig + Default>(
+    config: &mut C,
+    name: &str,
+    libcachesim: fn() -> C,
+) -> Result<(), PolicyConfigError> {
+    *config = match name {
+        "default" => C::default(),
+        "libcachesim" => libcachesim(),
+        _ => return Err(unknown_preset(config, name)),
+    };
+    Ok(())
+}
+
 pub(crate) fn unknown_preset<C: PolicyConfig + ?Sized>(
     config: &C,
     name: &str,

@@ -34,7 +34,9 @@ use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use parking_lot::Mutex;
 
-use super::config::{check_range, check_ratio, check_share, parse_value, share, unknown_preset};
+use super::config::{
+    check_range, check_ratio, check_share, default_or_libcachesim, parse_value, share,
+};
 use super::{Buffers, IndexQueues, Layout, Policy, PolicyConfig, PolicyConfigError};
 
 const MAX_FREQ: u8 = 3;
@@ -165,12 +167,7 @@ impl PolicyConfig for S3FifoConfig {
     }
 
     fn preset(&mut self, name: &str) -> Result<(), PolicyConfigError> {
-        *self = match name {
-            "default" => Self::default(),
-            "libcachesim" => Self::libcachesim(),
-            _ => return Err(unknown_preset(self, name)),
-        };
-        Ok(())
+        default_or_libcachesim(self, name, Self::libcachesim)
     }
 
     fn validate(&self) -> Result<(), PolicyConfigError> {
