@@ -9,7 +9,7 @@ import fsspec
 import pytest
 
 import ucache
-from ucache.filesystem import LOCAL_BUFFER_SIZE, UcacheFileSystem, default_s3_buffer_size
+from ucache.filesystem import LOCAL_BUFFER_SIZE, UcacheFileSystem, default_s3_buffer_size, size_weight
 
 
 @pytest.fixture
@@ -163,3 +163,29 @@ def test_s3_default_buffer_size_follows_the_budget(s3_env, s3fs_client, s3_prefi
         assert f.read(10) == want[140_000:140_010]
     s = fs.cache.stats()
     assert s["misses"] == 1 and s["bytes_read"] == 128 << 10
+
+
+def _scan_twice_misses(tmp_path: Path, size_weighted: bool) -> int:
+    """Reads all of a small file, then the first 896 KiB of a large one twice, under a 1 MiB
+    budget of 16 KiB buffers; returns the second pass's misses."""
+    tmp_path.mkdir()
+    small, big = tmp_path / "small.bin", tmp_path / "big.bin"
+    small.write_bytes(b"s" * (256 << 10))
+    big.write_bytes(b"b" * (4 << 20))
+    fs = UcacheFileSystem(cache=ucache.Cache("1MiB", batch=1), buffer_size="16KiB", size_weighted=size_weighted)
+    assert fs.cat_file(str(small)) == small.read_bytes()
+    part = 896 << 10
+    assert fs.cat_file(str(big), 0, part) == b"b" * part
+    before = fs.cache.stats()["misses"]
+    assert fs.cat_file(str(big), 0, part) == b"b" * part
+    return fs.cache.stats()["misses"] - before
+
+
+def test_size_weights_let_a_large_files_working_set_stay(tmp_path: Path):
+    """Eviction takes victims first from the mapping most over its weighted share. With equal
+    weights the large file, holding the most, evicts its own buffers while the small file's
+    stay, so a working set that fits the budget misses again on the next pass; weighted by
+    size (the default), the small file gives way and the second pass hits."""
+    assert size_weight(1) == 1 and size_weight(64 << 10) == 1 and size_weight((64 << 10) + 1) == 2
+    assert _scan_twice_misses(tmp_path / "weighted", size_weighted=True) == 0
+    assert _scan_twice_misses(tmp_path / "equal", size_weighted=False) > 0

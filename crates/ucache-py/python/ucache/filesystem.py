@@ -46,6 +46,17 @@ S3_MAX_BUFFER_SIZE = 1 << 20
 _S3_BUFFERS_PER_BUDGET = 64
 
 
+# A file's weight (its share of the budget when files compete, MapOptions.weight) is its size
+# in units of this many bytes; see UcacheFileSystem's `size_weighted`.
+WEIGHT_UNIT = 64 << 10
+_MAX_WEIGHT = (1 << 32) - 1
+
+
+def size_weight(size: int) -> int:
+    """The mapping weight of a file of `size` bytes: its size in WEIGHT_UNITs, at least 1."""
+    return min(max(-(-size // WEIGHT_UNIT), 1), _MAX_WEIGHT)
+
+
 def default_s3_buffer_size(budget: int) -> int:
     """The buffer size an S3 object gets under a cache of `budget` bytes (see above)."""
     want = max(budget // _S3_BUFFERS_PER_BUDGET, 1)
@@ -63,7 +74,12 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
     `cache`: the :class:`ucache.Cache` to map into (default: a new one of `memory` bytes).
     `buffer_size`, `policy`, `readahead`: as for :meth:`ucache.Cache.map` (the buffer size
     defaults to 64 KiB for local files and, for S3, to :func:`default_s3_buffer_size` of the
-    cache's budget: 128 KiB for 8 MiB, 1 MiB from 64 MiB on). `parquet_prefetch`: for ``.parquet``
+    cache's budget: 128 KiB for 8 MiB, 1 MiB from 64 MiB on). `size_weighted` (default on):
+    each file's mapping gets a weight proportional to its size (:func:`size_weight`), so that
+    the cache's eviction, which takes victims first from the mapping most over its weighted
+    share, treats the files as one data set: with equal weights, a query scanning one large
+    file (TPC-H's lineitem) would evict its own buffers while the small files keep stale ones,
+    and a working set smaller than the budget would still miss on every repetition. `parquet_prefetch`: for ``.parquet``
     files, the row groups ahead whose chunks of the columns being read are prefetched
     (:mod:`ucache.parquet`); 0, the default, turns it off. `endpoint`, `access_key`,
     `secret_key`, `region`, `allow_http`: S3 settings, else the ``AWS_*`` variables.
@@ -81,6 +97,7 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
         policy: str | None = None,
         readahead: bool = True,
         parquet_prefetch: int = 0,
+        size_weighted: bool = True,
         endpoint: str | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
@@ -96,6 +113,7 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
         self.policy = policy
         self.readahead = readahead
         self.parquet_prefetch = parquet_prefetch
+        self.size_weighted = size_weighted
         self._prefetchers: dict[str, Any] = {}
         opts = dict(target_options or {})
         self.s3_options = {
@@ -157,6 +175,11 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
             kw["buffer_size"] = self.buffer_size or default_s3_buffer_size(self.cache.memory)
         else:
             kw["buffer_size"] = self.buffer_size or LOCAL_BUFFER_SIZE
+        if self.size_weighted:
+            try:
+                kw["weight"] = size_weight(self.size(path))
+            except Exception:  # noqa: BLE001  (a missing file: map() raises the clear error)
+                pass
         m = self.cache.map(path, **kw)
         with self._lock:
             # Another thread may have mapped it meanwhile: keep the first, close ours.
@@ -341,4 +364,4 @@ class UcacheFile(AbstractBufferedFile):
         return out
 
 
-__all__ = ["UcacheFileSystem", "UcacheFile", "NotFound", "default_s3_buffer_size"]
+__all__ = ["UcacheFileSystem", "UcacheFile", "NotFound", "default_s3_buffer_size", "size_weight"]
