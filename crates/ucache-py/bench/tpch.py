@@ -9,6 +9,9 @@ runs the 22 queries on each system:
 
 - ``local``: DuckDB's ``read_parquet`` on the local files;
 - ``ucache-local``: the same files through ``ucache://`` (ucache.filesystem);
+- ``fsspec-local`` (only when named in `--systems`): the same files through the same
+  filesystem class with every read an ``os.pread`` (no cache): the cost of DuckDB's Python
+  filesystem layer alone, the floor under ``ucache-local``;
 - ``s3fs``: the S3 objects through s3fs registered with DuckDB;
 - ``httpfs``: the S3 objects through DuckDB's own httpfs extension, if it loads here;
 - ``ucache-s3``: the S3 objects through ``ucache://s3://``;
@@ -45,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from tpch_queries import QUERIES, TABLES  # noqa: E402
 
 import ucache  # noqa: E402
-from ucache.filesystem import UcacheFileSystem, default_s3_buffer_size  # noqa: E402
+from ucache.filesystem import UcacheFile, UcacheFileSystem, default_s3_buffer_size  # noqa: E402
 
 
 def generate(sf: float, data: Path) -> None:
@@ -142,7 +145,27 @@ def main() -> int:
         info["fs"] = fs
         return lambda t: f"ucache://{a.data.resolve()}/{t}.parquet"
 
-    systems += [System("local", local), System("ucache-local", ucache_local)]
+    def fsspec_local(con, info):
+        class PreadFile(UcacheFile):
+            """ucache's file object with its reads replaced by os.pread: no cache."""
+
+            def read(self, length=-1):
+                fd = fds.get(self.path) or fds.setdefault(self.path, os.open(self.path, os.O_RDONLY))
+                end = self.size if length is None or length < 0 else min(self.size, self.loc + length)
+                out = os.pread(fd, max(end - self.loc, 0), self.loc)
+                self.loc += len(out)
+                return out
+
+        class PreadFileSystem(UcacheFileSystem):
+            def _open(self, path, mode="rb", **kwargs):
+                path = self._full(path)
+                return PreadFile(self, path, mode, size=self.size(path))
+
+        fds: dict[str, int] = {}
+        con.register_filesystem(PreadFileSystem(memory=8 << 20))
+        return lambda t: f"ucache://{a.data.resolve()}/{t}.parquet"
+
+    systems += [System("local", local), System("ucache-local", ucache_local), System("fsspec-local", fsspec_local)]
 
     endpoint = os.environ.get("UCACHE_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint and os.environ.get("AWS_ACCESS_KEY_ID"):
@@ -240,6 +263,8 @@ def main() -> int:
             f"{n} vs {b}": geo(n, b)
             for n, b in [
                 ("ucache-local", "local"),
+                ("fsspec-local", "local"),
+                ("ucache-local", "fsspec-local"),
                 ("ucache-s3", "s3fs"),
                 ("ucache-s3-pf", "s3fs"),
                 ("ucache-s3-pf", "ucache-s3"),
