@@ -14,11 +14,9 @@ runs the 22 queries on each system:
   filesystem layer alone, the floor under ``ucache-local``;
 - ``s3fs``: the S3 objects through s3fs registered with DuckDB;
 - ``httpfs``: the S3 objects through DuckDB's own httpfs extension, if it loads here;
-- ``ucache-s3``: the S3 objects through ``ucache://s3://``, with the filesystem's defaults
-  (the Parquet prefetcher on, since 2026-11-26; `--prefetch-depth` overrides its depth);
-- ``ucache-s3-nopf`` (only when named in `--systems`): the same with the prefetcher off;
-- ``ucache-s3-pf`` (only when named): the prefetcher at `--prefetch-depth` (2 by default), as
-  named in the first runs of 2026-11-26, when ``ucache-s3`` had it off.
+- ``ucache-s3``: the S3 objects through ``ucache://s3://``;
+- ``ucache-s3-pf`` (only when named in `--systems`): the same with the Parquet prefetcher
+  (``parquet_prefetch=--prefetch-depth``).
 
 As the paper (ucache-fast26 §6.6) does, each query runs `--runs` times in a row in one DuckDB
 session and the reported time is the mean of the runs after the first. ucache gets a budget of
@@ -126,9 +124,7 @@ def main() -> int:
     ap.add_argument(
         "--buffer-size", default=None, help="ucache's buffer size for S3 (default: the filesystem's, from the budget; local: 64KiB)"
     )
-    ap.add_argument(
-        "--prefetch-depth", type=int, default=None, help="row groups ahead for the Parquet prefetcher (default: the filesystem's)"
-    )
+    ap.add_argument("--prefetch-depth", type=int, default=2, help="row groups ahead for ucache-s3-pf")
     ap.add_argument("--budget-fraction", type=float, default=0.25, help="ucache's budget, as a share of the data")
     a = ap.parse_args()
 
@@ -211,12 +207,11 @@ def main() -> int:
         systems += [
             System("s3fs", s3fs_sys),
             System("httpfs", httpfs),
-            System("ucache-s3", ucache_s3_with(a.prefetch_depth)),
-            System("ucache-s3-nopf", ucache_s3_with(0)),
-            System("ucache-s3-pf", ucache_s3_with(a.prefetch_depth or 2)),
+            System("ucache-s3", ucache_s3_with(0)),
+            System("ucache-s3-pf", ucache_s3_with(a.prefetch_depth)),
         ]
     else:
-        for n in ["s3fs", "httpfs", "ucache-s3", "ucache-s3-nopf", "ucache-s3-pf"]:
+        for n in ["s3fs", "httpfs", "ucache-s3", "ucache-s3-pf"]:
             skipped[n] = "no S3 server in the environment (UCACHE_S3_ENDPOINT)"
     systems = [s for s in systems if s.name in wanted]
 
@@ -271,8 +266,6 @@ def main() -> int:
                 ("fsspec-local", "local"),
                 ("ucache-local", "fsspec-local"),
                 ("ucache-s3", "s3fs"),
-                ("ucache-s3-nopf", "s3fs"),
-                ("ucache-s3", "ucache-s3-nopf"),
                 ("ucache-s3-pf", "s3fs"),
                 ("ucache-s3-pf", "ucache-s3"),
                 ("ucache-s3", "httpfs"),

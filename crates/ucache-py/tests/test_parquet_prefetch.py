@@ -90,24 +90,3 @@ def test_not_parquet_is_left_alone(data_file: Path, tmp_path: Path):
     fs = UcacheFileSystem(cache=ucache.Cache("8MiB"), parquet_prefetch=2)
     assert fs.prefetcher(str(p)) is None
     assert fs.cat_file(str(p), 0, 10) == data_file.read_bytes()[:10]
-
-
-def test_default_is_on_for_s3_and_off_for_local_files(parquet_file: Path, s3_env, s3fs_client, s3_prefix):
-    """Without `parquet_prefetch`, S3 Parquet objects get the prefetcher (depth
-    S3_PARQUET_PREFETCH) and local files do not; reading one column of an S3 object then
-    prefetches that column's next row groups, and `parquet_prefetch=0` turns it off."""
-    from ucache.filesystem import S3_PARQUET_PREFETCH
-
-    assert UcacheFileSystem(cache=ucache.Cache("8MiB")).prefetcher(str(parquet_file)) is None
-    key = f"{s3_prefix}/prefetch/t.parquet"
-    s3fs_client.put(str(parquet_file), key)
-    url = f"s3://{key}"
-    fs = UcacheFileSystem(cache=ucache.Cache("64MiB"), buffer_size="4KiB", endpoint=s3_env["endpoint"])
-    p = fs.prefetcher(url)
-    assert p is not None and p.depth == S3_PARQUET_PREFETCH == 2
-    assert pq.read_table(url, columns=["a"], filesystem=fs).num_rows == 8 * 16_384
-    assert fs.cache.stats()["prefetches"] > 0
-    off = UcacheFileSystem(cache=ucache.Cache("64MiB"), buffer_size="4KiB", endpoint=s3_env["endpoint"], parquet_prefetch=0)
-    assert off.prefetcher(url) is None
-    assert pq.read_table(url, columns=["a"], filesystem=off).num_rows == 8 * 16_384
-    assert off.cache.stats()["prefetches"] == 0

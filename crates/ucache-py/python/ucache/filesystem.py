@@ -52,10 +52,6 @@ WEIGHT_UNIT = 64 << 10
 _MAX_WEIGHT = (1 << 32) - 1
 
 
-# Row groups ahead the Parquet prefetcher covers on S3 unless told otherwise.
-S3_PARQUET_PREFETCH = 2
-
-
 def size_weight(size: int) -> int:
     """The mapping weight of a file of `size` bytes: its size in WEIGHT_UNITs, at least 1."""
     return min(max(-(-size // WEIGHT_UNIT), 1), _MAX_WEIGHT)
@@ -83,12 +79,9 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
     the cache's eviction, which takes victims first from the mapping most over its weighted
     share, treats the files as one data set: with equal weights, a query scanning one large
     file (TPC-H's lineitem) would evict its own buffers while the small files keep stale ones,
-    and a working set smaller than the budget would still miss on every repetition.
-    `parquet_prefetch`: for ``.parquet`` files, the row groups ahead whose chunks of the
-    columns being read are prefetched (:mod:`ucache.parquet`); 0 turns it off. By default
-    (None) it is on for S3 objects (S3_PARQUET_PREFETCH row groups: a GET's latency is worth
-    hiding; TPC-H on S3 ran 1.09-1.23x faster with it under a quarter-data budget) and off
-    for local files (a miss there is a pread from the page cache). `endpoint`, `access_key`,
+    and a working set smaller than the budget would still miss on every repetition. `parquet_prefetch`: for ``.parquet``
+    files, the row groups ahead whose chunks of the columns being read are prefetched
+    (:mod:`ucache.parquet`); 0, the default, turns it off. `endpoint`, `access_key`,
     `secret_key`, `region`, `allow_http`: S3 settings, else the ``AWS_*`` variables.
     """
 
@@ -103,7 +96,7 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
         buffer_size: int | str | None = None,
         policy: str | None = None,
         readahead: bool = True,
-        parquet_prefetch: int | None = None,
+        parquet_prefetch: int = 0,
         size_weighted: bool = True,
         endpoint: str | None = None,
         access_key: str | None = None,
@@ -258,17 +251,14 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
     def prefetcher(self, path: str) -> Any:
         """The Parquet prefetcher of `path`, or None (off, or not a Parquet file)."""
         path = self._full(path)
-        depth = self.parquet_prefetch
-        if depth is None:
-            depth = S3_PARQUET_PREFETCH if _is_s3(path) else 0
-        if not depth or not path.endswith(".parquet"):
+        if not self.parquet_prefetch or not path.endswith(".parquet"):
             return None
         with self._lock:
             if path in self._prefetchers:
                 return self._prefetchers[path]
         from .parquet import prefetcher_for
 
-        p = prefetcher_for(self.mapping(path), depth)
+        p = prefetcher_for(self.mapping(path), self.parquet_prefetch)
         with self._lock:
             return self._prefetchers.setdefault(path, p)
 
