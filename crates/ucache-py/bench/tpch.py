@@ -9,9 +9,14 @@ runs the 22 queries on each system:
 
 - ``local``: DuckDB's ``read_parquet`` on the local files;
 - ``ucache-local``: the same files through ``ucache://`` (ucache.filesystem);
+- ``fsspec-local`` (only when named in `--systems`): the same files through the same
+  filesystem class with every read an ``os.pread`` (no cache): the cost of DuckDB's Python
+  filesystem layer alone, the floor under ``ucache-local``;
 - ``s3fs``: the S3 objects through s3fs registered with DuckDB;
 - ``httpfs``: the S3 objects through DuckDB's own httpfs extension, if it loads here;
-- ``ucache-s3``: the S3 objects through ``ucache://s3://``.
+- ``ucache-s3``: the S3 objects through ``ucache://s3://``;
+- ``ucache-s3-pf`` (only when named in `--systems`): the same with the Parquet prefetcher
+  (``parquet_prefetch=--prefetch-depth``).
 
 As the paper (ucache-fast26 §6.6) does, each query runs `--runs` times in a row in one DuckDB
 session and the reported time is the mean of the runs after the first. ucache gets a budget of
@@ -43,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from tpch_queries import QUERIES, TABLES  # noqa: E402
 
 import ucache  # noqa: E402
-from ucache.filesystem import UcacheFileSystem  # noqa: E402
+from ucache.filesystem import UcacheFile, UcacheFileSystem, default_s3_buffer_size  # noqa: E402
 
 
 def generate(sf: float, data: Path) -> None:
@@ -94,7 +99,16 @@ def run_system(sys_: System, runs: int) -> tuple[dict[int, float], dict[int, lis
         times[q] = statistics.mean(ts[1:]) if runs > 1 else ts[0]
     if "fs" in info:
         s = info["fs"].cache.stats()
-        info = {"bytes_read": s["bytes_read"], "hits": s["hits"], "misses": s["misses"], "evictions": s["evictions"]}
+        maps = list(info["fs"]._maps.values())
+        info = {
+            "bytes_read": s["bytes_read"],
+            "hits": s["hits"],
+            "misses": s["misses"],
+            "evictions": s["evictions"],
+            "prefetches": s["prefetches"],
+            "prefetch_used": s["prefetch_used"],
+            "buffer_sizes": sorted({m.buffer_size for m in maps}),
+        }
     con.close()
     return times, results, info
 
@@ -107,7 +121,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--systems", default="local,ucache-local,s3fs,httpfs,ucache-s3")
-    ap.add_argument("--buffer-size", default="1MiB", help="ucache's buffer size for S3 (local: 64KiB)")
+    ap.add_argument(
+        "--buffer-size", default=None, help="ucache's buffer size for S3 (default: the filesystem's, from the budget; local: 64KiB)"
+    )
+    ap.add_argument("--prefetch-depth", type=int, default=2, help="row groups ahead for ucache-s3-pf")
     ap.add_argument("--budget-fraction", type=float, default=0.25, help="ucache's budget, as a share of the data")
     a = ap.parse_args()
 
@@ -128,7 +145,27 @@ def main() -> int:
         info["fs"] = fs
         return lambda t: f"ucache://{a.data.resolve()}/{t}.parquet"
 
-    systems += [System("local", local), System("ucache-local", ucache_local)]
+    def fsspec_local(con, info):
+        class PreadFile(UcacheFile):
+            """ucache's file object with its reads replaced by os.pread: no cache."""
+
+            def read(self, length=-1):
+                fd = fds.get(self.path) or fds.setdefault(self.path, os.open(self.path, os.O_RDONLY))
+                end = self.size if length is None or length < 0 else min(self.size, self.loc + length)
+                out = os.pread(fd, max(end - self.loc, 0), self.loc)
+                self.loc += len(out)
+                return out
+
+        class PreadFileSystem(UcacheFileSystem):
+            def _open(self, path, mode="rb", **kwargs):
+                path = self._full(path)
+                return PreadFile(self, path, mode, size=self.size(path))
+
+        fds: dict[str, int] = {}
+        con.register_filesystem(PreadFileSystem(memory=8 << 20))
+        return lambda t: f"ucache://{a.data.resolve()}/{t}.parquet"
+
+    systems += [System("local", local), System("ucache-local", ucache_local), System("fsspec-local", fsspec_local)]
 
     endpoint = os.environ.get("UCACHE_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint and os.environ.get("AWS_ACCESS_KEY_ID"):
@@ -156,15 +193,25 @@ def main() -> int:
             )
             return lambda t: f"s3://{prefix}/{t}.parquet"
 
-        def ucache_s3(con, info):
-            fs = UcacheFileSystem(cache=ucache.Cache(budget), buffer_size=a.buffer_size, endpoint=endpoint)
-            con.register_filesystem(fs)
-            info["fs"] = fs
-            return lambda t: f"ucache://s3://{prefix}/{t}.parquet"
+        def ucache_s3_with(depth):
+            def setup(con, info):
+                fs = UcacheFileSystem(
+                    cache=ucache.Cache(budget), buffer_size=a.buffer_size, endpoint=endpoint, parquet_prefetch=depth
+                )
+                con.register_filesystem(fs)
+                info["fs"] = fs
+                return lambda t: f"ucache://s3://{prefix}/{t}.parquet"
 
-        systems += [System("s3fs", s3fs_sys), System("httpfs", httpfs), System("ucache-s3", ucache_s3)]
+            return setup
+
+        systems += [
+            System("s3fs", s3fs_sys),
+            System("httpfs", httpfs),
+            System("ucache-s3", ucache_s3_with(0)),
+            System("ucache-s3-pf", ucache_s3_with(a.prefetch_depth)),
+        ]
     else:
-        for n in ["s3fs", "httpfs", "ucache-s3"]:
+        for n in ["s3fs", "httpfs", "ucache-s3", "ucache-s3-pf"]:
             skipped[n] = "no S3 server in the environment (UCACHE_S3_ENDPOINT)"
     systems = [s for s in systems if s.name in wanted]
 
@@ -202,7 +249,8 @@ def main() -> int:
         "sf": a.sf,
         "data_bytes": data_bytes,
         "ucache_budget": budget,
-        "buffer_size_s3": a.buffer_size,
+        "buffer_size_s3": a.buffer_size or default_s3_buffer_size(budget),
+        "prefetch_depth": a.prefetch_depth,
         "rounds": a.rounds,
         "runs": a.runs,
         "systems": ran,
@@ -213,7 +261,15 @@ def main() -> int:
         "mismatches": mismatches,
         "speedup_geomean": {
             f"{n} vs {b}": geo(n, b)
-            for n, b in [("ucache-local", "local"), ("ucache-s3", "s3fs"), ("ucache-s3", "httpfs")]
+            for n, b in [
+                ("ucache-local", "local"),
+                ("fsspec-local", "local"),
+                ("ucache-local", "fsspec-local"),
+                ("ucache-s3", "s3fs"),
+                ("ucache-s3-pf", "s3fs"),
+                ("ucache-s3-pf", "ucache-s3"),
+                ("ucache-s3", "httpfs"),
+            ]
             if n in med and b in med
         },
     }

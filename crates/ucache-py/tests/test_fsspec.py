@@ -9,7 +9,7 @@ import fsspec
 import pytest
 
 import ucache
-from ucache.filesystem import UcacheFileSystem
+from ucache.filesystem import LOCAL_BUFFER_SIZE, UcacheFileSystem, default_s3_buffer_size, size_weight
 
 
 @pytest.fixture
@@ -84,6 +84,34 @@ def test_reads_go_through_ucache_without_over_reading(fs, data_file: Path):
     assert fs.cache.stats()["bytes_read"] == s["bytes_read"]
 
 
+def test_file_read_after_close_all_maps_again(fs, data_file: Path):
+    """A file object keeps its mapping; when the filesystem closes its mappings under it, the
+    next read maps the file anew instead of failing."""
+    want = data_file.read_bytes()
+    with fs.open(str(data_file)) as f:
+        assert f.read(100) == want[:100]
+        fs.close_all()
+        assert f.read(100) == want[100:200] and f.tell() == 200
+    assert not fs.mapping(str(data_file)).closed
+
+
+def test_default_buffer_sizes():
+    """S3 buffers: the budget over 64, a power of two within [64 KiB, 1 MiB], so that a small
+    budget still holds enough buffers for scattered Parquet column chunks. Local: 64 KiB."""
+    assert default_s3_buffer_size(8 << 20) == 128 << 10
+    assert default_s3_buffer_size(12 << 20) == 128 << 10  # rounded down
+    assert default_s3_buffer_size(16 << 20) == 256 << 10
+    assert default_s3_buffer_size(1 << 20) == 64 << 10  # floor
+    assert default_s3_buffer_size(64 << 20) == 1 << 20
+    assert default_s3_buffer_size(8 << 30) == 1 << 20  # ceiling
+    assert LOCAL_BUFFER_SIZE == 64 << 10
+
+
+def test_local_files_get_the_local_default(data_file: Path):
+    fs = UcacheFileSystem(cache=ucache.Cache("8MiB"))
+    assert fs.mapping(str(data_file)).buffer_size == LOCAL_BUFFER_SIZE
+
+
 def test_empty_file(fs, tmp_path: Path):
     p = tmp_path / "empty"
     p.write_bytes(b"")
@@ -119,3 +147,45 @@ def test_s3_objects(s3_env, s3fs_client, s3_prefix, data_file: Path):
         assert f.read() == want[-100:]
     with fsspec.open(f"ucache::{url}", "rb", ucache={"memory": "8MiB"}, s3={"endpoint_url": s3_env["endpoint"]}) as f:
         assert f.read(6) == want[:6]
+
+
+def test_s3_default_buffer_size_follows_the_budget(s3_env, s3fs_client, s3_prefix, data_file: Path):
+    """Without `buffer_size`, an S3 object's buffers are sized from the cache's budget, and a
+    small read loads one such buffer."""
+    key = f"{s3_prefix}/fsspec/sized.bin"
+    s3fs_client.put(str(data_file), key)
+    want = data_file.read_bytes()
+    fs = UcacheFileSystem(cache=ucache.Cache("8MiB"), endpoint=s3_env["endpoint"])
+    url = f"s3://{key}"
+    assert fs.mapping(url).buffer_size == 128 << 10
+    with fs.open(url) as f:
+        f.seek(140_000)
+        assert f.read(10) == want[140_000:140_010]
+    s = fs.cache.stats()
+    assert s["misses"] == 1 and s["bytes_read"] == 128 << 10
+
+
+def _scan_twice_misses(tmp_path: Path, size_weighted: bool) -> int:
+    """Reads all of a small file, then the first 896 KiB of a large one twice, under a 1 MiB
+    budget of 16 KiB buffers; returns the second pass's misses."""
+    tmp_path.mkdir()
+    small, big = tmp_path / "small.bin", tmp_path / "big.bin"
+    small.write_bytes(b"s" * (256 << 10))
+    big.write_bytes(b"b" * (4 << 20))
+    fs = UcacheFileSystem(cache=ucache.Cache("1MiB", batch=1), buffer_size="16KiB", size_weighted=size_weighted)
+    assert fs.cat_file(str(small)) == small.read_bytes()
+    part = 896 << 10
+    assert fs.cat_file(str(big), 0, part) == b"b" * part
+    before = fs.cache.stats()["misses"]
+    assert fs.cat_file(str(big), 0, part) == b"b" * part
+    return fs.cache.stats()["misses"] - before
+
+
+def test_size_weights_let_a_large_files_working_set_stay(tmp_path: Path):
+    """Eviction takes victims first from the mapping most over its weighted share. With equal
+    weights the large file, holding the most, evicts its own buffers while the small file's
+    stay, so a working set that fits the budget misses again on the next pass; weighted by
+    size (the default), the small file gives way and the second pass hits."""
+    assert size_weight(1) == 1 and size_weight(64 << 10) == 1 and size_weight((64 << 10) + 1) == 2
+    assert _scan_twice_misses(tmp_path / "weighted", size_weighted=True) == 0
+    assert _scan_twice_misses(tmp_path / "equal", size_weighted=False) > 0

@@ -53,7 +53,8 @@ class Cache:
     ) -> Mapping:
         """Maps a local path or an ``s3://bucket/key`` URL.
 
-        `buffer_size`: a power of two from 4 KiB (default for files; 1 MiB for S3). `writable`
+        `buffer_size`: a power of two from 4 KiB (default for files; 1 MiB for S3; the fsspec
+        filesystem picks its own, see `ucache.filesystem`). `writable`
         (default: as `create`); `create` makes a missing object of `length` bytes. A writable
         S3 mapping is a key prefix of chunk objects. `transparent`: the mapping's memory is
         usable directly (buffer protocol); `readahead` applies to transparent mappings with the

@@ -33,6 +33,36 @@ from .errors import NotFound, ReadOnly
 
 _PREFIXES = ("ucache://", "ucache::")
 
+# Default buffer sizes. A local miss is a pread from the page cache, cheap per byte, so local
+# files get small buffers. An S3 miss is a GET, costly per request, so S3 buffers are larger,
+# but not so large that the budget holds only a few of them: DuckDB and pyarrow read Parquet
+# column chunks scattered over the file, and with 1 MiB buffers in an 8 MiB budget every
+# chunk read costs whole megabytes that evict each other (TPC-H SF 0.1: 1.54 GB fetched for
+# 32.7 MB of data; docs/results/2026-11-26-tpch). So an S3 buffer is the budget over
+# _S3_BUFFERS_PER_BUDGET, rounded down to a power of two, within [64 KiB, 1 MiB].
+LOCAL_BUFFER_SIZE = 64 << 10
+S3_MIN_BUFFER_SIZE = 64 << 10
+S3_MAX_BUFFER_SIZE = 1 << 20
+_S3_BUFFERS_PER_BUDGET = 64
+
+
+# A file's weight (its share of the budget when files compete, MapOptions.weight) is its size
+# in units of this many bytes; see UcacheFileSystem's `size_weighted`.
+WEIGHT_UNIT = 64 << 10
+_MAX_WEIGHT = (1 << 32) - 1
+
+
+def size_weight(size: int) -> int:
+    """The mapping weight of a file of `size` bytes: its size in WEIGHT_UNITs, at least 1."""
+    return min(max(-(-size // WEIGHT_UNIT), 1), _MAX_WEIGHT)
+
+
+def default_s3_buffer_size(budget: int) -> int:
+    """The buffer size an S3 object gets under a cache of `budget` bytes (see above)."""
+    want = max(budget // _S3_BUFFERS_PER_BUDGET, 1)
+    pow2 = 1 << (want.bit_length() - 1)
+    return min(max(pow2, S3_MIN_BUFFER_SIZE), S3_MAX_BUFFER_SIZE)
+
 
 def _is_s3(path: str) -> bool:
     return path.startswith("s3://")
@@ -43,7 +73,13 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
 
     `cache`: the :class:`ucache.Cache` to map into (default: a new one of `memory` bytes).
     `buffer_size`, `policy`, `readahead`: as for :meth:`ucache.Cache.map` (the buffer size
-    defaults to 64 KiB for local files and 1 MiB for S3). `parquet_prefetch`: for ``.parquet``
+    defaults to 64 KiB for local files and, for S3, to :func:`default_s3_buffer_size` of the
+    cache's budget: 128 KiB for 8 MiB, 1 MiB from 64 MiB on). `size_weighted` (default on):
+    each file's mapping gets a weight proportional to its size (:func:`size_weight`), so that
+    the cache's eviction, which takes victims first from the mapping most over its weighted
+    share, treats the files as one data set: with equal weights, a query scanning one large
+    file (TPC-H's lineitem) would evict its own buffers while the small files keep stale ones,
+    and a working set smaller than the budget would still miss on every repetition. `parquet_prefetch`: for ``.parquet``
     files, the row groups ahead whose chunks of the columns being read are prefetched
     (:mod:`ucache.parquet`); 0, the default, turns it off. `endpoint`, `access_key`,
     `secret_key`, `region`, `allow_http`: S3 settings, else the ``AWS_*`` variables.
@@ -61,6 +97,7 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
         policy: str | None = None,
         readahead: bool = True,
         parquet_prefetch: int = 0,
+        size_weighted: bool = True,
         endpoint: str | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
@@ -76,6 +113,7 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
         self.policy = policy
         self.readahead = readahead
         self.parquet_prefetch = parquet_prefetch
+        self.size_weighted = size_weighted
         self._prefetchers: dict[str, Any] = {}
         opts = dict(target_options or {})
         self.s3_options = {
@@ -134,9 +172,14 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
         kw: dict[str, Any] = {"policy": self.policy, "readahead": self.readahead}
         if _is_s3(path):
             kw.update({k: v for k, v in self.s3_options.items() if v is not None})
-            kw["buffer_size"] = self.buffer_size or "1MiB"
+            kw["buffer_size"] = self.buffer_size or default_s3_buffer_size(self.cache.memory)
         else:
-            kw["buffer_size"] = self.buffer_size or "64KiB"
+            kw["buffer_size"] = self.buffer_size or LOCAL_BUFFER_SIZE
+        if self.size_weighted:
+            try:
+                kw["weight"] = size_weight(self.size(path))
+            except Exception:  # noqa: BLE001  (a missing file: map() raises the clear error)
+                pass
         m = self.cache.map(path, **kw)
         with self._lock:
             # Another thread may have mapped it meanwhile: keep the first, close ours.
@@ -278,20 +321,47 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
         """Closes every mapping this filesystem made (their cached data goes with them)."""
         with self._lock:
             maps, self._maps = list(self._maps.values()), {}
+            self._prefetchers = {}  # they hold the mappings closed here
         for m in maps:
             m.close()
 
 
 class UcacheFile(AbstractBufferedFile):
     """A read-only file of a :class:`UcacheFileSystem`: `read`, `seek`, `tell` and `size` as
-    any fsspec file, with every read served by the file's ucache mapping."""
+    any fsspec file, with every read served by the file's ucache mapping.
+
+    `read` goes straight to the mapping (and the Parquet prefetcher), both looked up at the
+    first read (an empty file is never mapped): DuckDB calls `seek` and `read` once per range it wants, under the GIL, from all of
+    its threads, so each layer of fsspec's generic read path (path normalization, size and
+    mapping look-ups, its block-cache object) would cost every thread time on every read."""
 
     def __init__(self, fs: UcacheFileSystem, path: str, mode: str = "rb", size: int | None = None) -> None:
         # cache_type "none": no read-ahead block cache of fsspec's over ucache's own.
         super().__init__(fs, path, mode=mode, cache_type="none", size=size)
+        self._mapping: Mapping | None = None
+        self._prefetcher: Any = None
 
     def _fetch_range(self, start: int, end: int) -> bytes:
         return self.fs.read_range(self.path, start, end)
 
+    def read(self, length: int = -1) -> bytes:
+        """Up to `length` bytes from the position (all the rest if negative), through the
+        mapping; the position moves past them."""
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
+        loc = self.loc
+        end = self.size if length is None or length < 0 else min(self.size, loc + length)
+        if end <= loc:
+            return b""
+        m = self._mapping
+        if m is None or m.closed:  # first read, or the filesystem's close_all ran
+            m = self._mapping = self.fs.mapping(self.path)
+            self._prefetcher = self.fs.prefetcher(self.path)
+        if self._prefetcher is not None:
+            self._prefetcher.on_read(loc, end)
+        out = m.read(loc, end - loc)
+        self.loc = end
+        return out
 
-__all__ = ["UcacheFileSystem", "UcacheFile", "NotFound"]
+
+__all__ = ["UcacheFileSystem", "UcacheFile", "NotFound", "default_s3_buffer_size", "size_weight"]
