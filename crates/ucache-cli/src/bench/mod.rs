@@ -95,7 +95,7 @@ pub struct BenchArgs {
     /// what huge pages buy.
     #[arg(long)]
     pub no_pool_huge_pages: bool,
-    /// Data file [default: /var/tmp/ucache-bench-<data>.dat]. Must be on a real disk (not
+    /// Data file (default: `/var/tmp/ucache-bench-<data>.dat`). Must be on a real disk (not
     /// tmpfs); created or rewritten if missing, of the wrong size, or not holding the pattern.
     #[arg(long)]
     pub file: Option<PathBuf>,
