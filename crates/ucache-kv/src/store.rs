@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use ucache::policy::{Clock, Veto};
 use ucache::store::{FileStore, OpenOptions, Store};
-use ucache::{BeforeWriteback, Cache, CacheOptions, MapOptions, Mapping};
+use ucache::{BeforeWriteback, Cache, CacheOptions, MapOptions, Mapping, Placement};
 
 use crate::error::{KvError, Result};
 use crate::node;
@@ -16,6 +16,10 @@ use crate::recovery::{self, DataState};
 use crate::tree::{self, Direction};
 use crate::txn::WriteTxn;
 use crate::wal::Wal;
+
+/// The placement [`KvOptions::in_dir`] picks (see README.md, "Placement", for the
+/// measurement behind it).
+pub const DEFAULT_PLACEMENT: Placement = Placement::InPlace;
 
 /// How to open a store.
 #[derive(Clone)]
@@ -45,6 +49,27 @@ pub struct KvOptions {
     /// How long a load waits for memory when every resident page is pinned or vetoed (a batch
     /// larger than the budget): after that it fails with the cache's `BudgetExhausted`.
     pub budget_wait: std::time::Duration,
+    /// Where resident pages live (`MapOptions::placement`): `Placement::InPlace`, at their own
+    /// address in the mapping, or `Placement::Pool`, in frames of a pool the cache owns and
+    /// reuses, so a miss costs a read and no page fault. A pool is charged to the budget in
+    /// whole 2 MiB chunks, so it needs `memory_bytes` of at least [`POOL_CHUNK`]; a smaller
+    /// budget is refused with [`KvError::BudgetTooSmall`] before any file is touched.
+    pub placement: Placement,
+}
+
+/// The unit a pool placement charges to the budget (ucache's pool chunk; a page is at most
+/// 64 KiB, so never larger than it). A pool store's `memory_bytes` must be at least this.
+pub const POOL_CHUNK: u64 = 2 << 20;
+
+/// The smallest budget a store with these options accepts. The store raises a smaller
+/// in-place budget to 16 pages itself (so a batch that splits a path of nodes always has
+/// room); a pool cannot go below one chunk, and silently quadrupling a budget of, say, 512 KiB
+/// would hide from the caller that the store uses more memory than asked, so that is an error.
+fn min_budget(o: &KvOptions) -> u64 {
+    match o.placement {
+        Placement::Pool => POOL_CHUNK.max(16 * o.page_size as u64),
+        _ => 0,
+    }
 }
 
 impl KvOptions {
@@ -62,6 +87,7 @@ impl KvOptions {
             sync_commits: true,
             checkpoint_bytes: 64 << 20,
             budget_wait: std::time::Duration::from_secs(5),
+            placement: DEFAULT_PLACEMENT,
         }
     }
 }
@@ -115,6 +141,13 @@ impl Kv {
         if !o.page_size.is_power_of_two() || !(4096..=65536).contains(&o.page_size) {
             return Err(KvError::BadPageSize(o.page_size));
         }
+        let min = min_budget(&o);
+        if o.memory_bytes < min {
+            return Err(KvError::BudgetTooSmall {
+                budget: o.memory_bytes,
+                min,
+            });
+        }
         let state = recovery::inspect(&o.store, &o.data, o.page_size)?;
         let wal_obj = o.store.open(&o.wal, OpenOptions::create())?;
         let (wal, records) = Wal::open(wal_obj)?;
@@ -148,6 +181,7 @@ impl Kv {
             &o.data,
             MapOptions::new()
                 .buffer_size(o.page_size)
+                .placement(o.placement)
                 .len(capacity * o.page_size as u64)
                 .writable(true)
                 .create(true)
