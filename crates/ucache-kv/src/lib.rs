@@ -42,5 +42,5 @@ pub mod wal;
 
 pub use error::{KvError, Result};
 pub use store::{Kv, KvOptions, Op, WriteBatch, DEFAULT_PLACEMENT, POOL_CHUNK};
-pub use ucache::Placement;
 pub use tree::Direction;
+pub use ucache::Placement;
