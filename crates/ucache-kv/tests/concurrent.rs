@@ -16,14 +16,15 @@ use rand::{Rng, SeedableRng};
 use ucache_kv::{Direction, Kv, Placement, WriteBatch};
 
 const THREADS: u64 = 8;
-const KEYS: u64 = 24_000;
 
-/// One run of the test: a placement, its budget, and values large enough that 24,000 keys
+/// One run of the test: a placement, its budget, and enough keys and large enough values to
 /// make a tree at least 16 times the budget. A pool's budget is at least one 2 MiB chunk,
-/// so the pool run uses values near the 1 KiB maximum of a 4 KiB page instead of 150 bytes.
+/// so the pool run uses values of the 1 KiB maximum of a 4 KiB page instead of 150 bytes,
+/// and 28,000 keys instead of 24,000.
 struct Setup {
     placement: Placement,
     memory_pages: u64,
+    keys: u64,
     value_len: usize,
 }
 
@@ -46,6 +47,7 @@ fn eight_threads_against_their_models_in_place() {
         eight_threads(Setup {
             placement: Placement::InPlace,
             memory_pages: 64,
+            keys: 24_000,
             value_len: 150,
         })
     });
@@ -57,13 +59,14 @@ fn eight_threads_against_their_models_on_the_pool() {
         eight_threads(Setup {
             placement: Placement::Pool,
             memory_pages: ucache_kv::POOL_CHUNK / 4096,
-            value_len: 1000,
+            keys: 28_000,
+            value_len: 1024,
         })
     });
 }
 
 fn eight_threads(setup: Setup) {
-    let value_len = setup.value_len;
+    let (keys, value_len) = (setup.keys, setup.value_len);
     let store = memory_store();
     let mut o = options(store, 4096, setup.memory_pages);
     o.placement = setup.placement;
@@ -71,7 +74,7 @@ fn eight_threads(setup: Setup) {
     o.checkpoint_bytes = 4 << 20;
     let kv = Arc::new(Kv::open(o).unwrap());
     // Load every key once so the tree is its full size from the start.
-    for chunk in (0..KEYS).collect::<Vec<_>>().chunks(200) {
+    for chunk in (0..keys).collect::<Vec<_>>().chunks(200) {
         let mut b = WriteBatch::new();
         for &n in chunk {
             b.put(key(n), value(n, 0, value_len));
@@ -82,7 +85,7 @@ fn eight_threads(setup: Setup) {
         .scan(None, None, Direction::Forward, usize::MAX)
         .unwrap()
         .len();
-    assert_eq!(loaded as u64, KEYS);
+    assert_eq!(loaded as u64, keys);
     let pages = kv.pages_used().unwrap();
     assert!(
         pages >= 16 * setup.memory_pages,
@@ -94,12 +97,12 @@ fn eight_threads(setup: Setup) {
             let (kv, checked) = (kv.clone(), checked.clone());
             std::thread::spawn(move || {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(t);
-                let mut model: BTreeMap<Vec<u8>, Vec<u8>> = (0..KEYS)
+                let mut model: BTreeMap<Vec<u8>, Vec<u8>> = (0..keys)
                     .filter(|n| n % THREADS == t)
                     .map(|n| (key(n), value(n, 0, value_len)))
                     .collect();
                 let mine =
-                    |rng: &mut rand::rngs::StdRng| rng.gen_range(0..KEYS / THREADS) * THREADS + t;
+                    |rng: &mut rand::rngs::StdRng| rng.gen_range(0..keys / THREADS) * THREADS + t;
                 for round in 1..=1500u64 {
                     let n = mine(&mut rng);
                     match rng.gen_range(0..100) {
