@@ -11,8 +11,10 @@
 //!
 //! Both placements run. In place: the cycles above (50 synced, 20 not). On the pool, whose
 //! budget cannot go below one 2 MiB chunk: 64 KiB pages (32 of them in the cache), values and
-//! the checkpoint interval 16 times larger, so the tree still outgrows the cache after a few
-//! cycles, and fewer cycles (20 synced, 8 not) to keep the suite short.
+//! the checkpoint interval 16 times larger. Before its cycles, the pool's parent writes
+//! batches until the tree is 1.5 times the cache, so every child there runs over a tree
+//! larger than the cache. The pool also runs 50 synced cycles and 20 unsynced ones. The last
+//! cycle checks that the tree outgrew the cache, on both placements.
 
 mod common;
 
@@ -33,8 +35,8 @@ const NOSYNC: &str = "UCACHE_KV_CRASH_NOSYNC";
 const POOL: &str = "UCACHE_KV_CRASH_POOL";
 const CYCLES: usize = 50;
 const NOSYNC_CYCLES: usize = 20;
-const POOL_CYCLES: usize = 20;
-const POOL_NOSYNC_CYCLES: usize = 8;
+const POOL_CYCLES: usize = 50;
+const POOL_NOSYNC_CYCLES: usize = 20;
 const KEYSPACE: u64 = 1500;
 
 /// How much larger pages, values and the checkpoint interval are on the pool.
@@ -147,6 +149,31 @@ fn sigkill_on_the_pool_without_synced_commits_leaves_a_whole_prefix() {
     });
 }
 
+/// Writes batches `1..` (synced) until the tree is larger than the cache, so every cycle's
+/// child writes pages back on eviction. The pool's cache is 2 MiB, which the children alone
+/// would take many cycles to outgrow (an unsynced child keeps only what happened to become
+/// durable). Returns the last batch written, applied to `model`.
+fn grow_past_the_cache(path: &str, model: &mut BTreeMap<Vec<u8>, Vec<u8>>) -> u64 {
+    let o = opts(path, true, true);
+    let kv = Kv::open(o.clone()).unwrap();
+    let mut i = 0;
+    while kv.pages_used().unwrap() * (o.page_size as u64) < o.memory_bytes * 3 / 2 {
+        i += 1;
+        assert!(i < 20_000, "the tree stopped growing");
+        let mut b = WriteBatch::new();
+        for (k, v) in batch(i, true) {
+            match v {
+                Some(v) => b.put(k, v),
+                None => b.delete(k),
+            };
+        }
+        kv.write(&b).unwrap();
+        apply(model, i, true);
+    }
+    kv.close().unwrap();
+    i
+}
+
 fn cycles(sync: bool, pool: bool, cycles: usize) {
     {
         let dir = tempfile::tempdir().unwrap();
@@ -155,6 +182,9 @@ fn cycles(sync: bool, pool: bool, cycles: usize) {
         let mut rng = rand::rngs::StdRng::seed_from_u64(20);
         let mut model = BTreeMap::new();
         let mut applied = 0u64;
+        if pool {
+            applied = grow_past_the_cache(&path, &mut model);
+        }
         let mut acked_total = 0u64;
         for cycle in 0..cycles {
             let mut cmd = Command::new(&exe);
