@@ -17,9 +17,12 @@ use crate::tree::{self, Direction};
 use crate::txn::WriteTxn;
 use crate::wal::Wal;
 
-/// The placement [`KvOptions::in_dir`] picks (see README.md, "Placement", for the
-/// measurement behind it).
-pub const DEFAULT_PLACEMENT: Placement = Placement::InPlace;
+/// The placement [`KvOptions::in_dir`] picks: the pool. Measured with `ucache-kv bench`
+/// (docs/results/2026-11-26-kv, runs 5 to 7), it was 1.2 to 1.4× in place out of memory on
+/// zram, where a miss is cheap and the page fault and zeroing in place are a large share of
+/// it, and level with in place in memory and on the virtio disk. Its cost, a budget of at
+/// least 2 MiB, is refused with a typed error, never hit silently.
+pub const DEFAULT_PLACEMENT: Placement = Placement::Pool;
 
 /// How to open a store.
 #[derive(Clone)]
@@ -73,8 +76,9 @@ fn min_budget(o: &KvOptions) -> u64 {
 }
 
 impl KvOptions {
-    /// A store in directory `dir` (files `data` and `wal`), 4 KiB pages, 64 MiB of cache,
-    /// room for 16 GiB of pages, synced commits, checkpoints every 64 MiB of log.
+    /// A store in directory `dir` (files `data` and `wal`), 4 KiB pages, 64 MiB of cache on
+    /// the pool placement ([`DEFAULT_PLACEMENT`]), room for 16 GiB of pages, synced commits,
+    /// checkpoints every 64 MiB of log.
     pub fn in_dir(dir: impl AsRef<Path>) -> Self {
         let d = dir.as_ref();
         KvOptions {

@@ -55,6 +55,7 @@ fn opts(dir: &str, sync: bool, pool: bool) -> KvOptions {
     o.page_size = 4096 * scale(pool);
     o.memory_bytes = 16 * 4096;
     o.checkpoint_bytes = (32 << 10) * scale(pool) as u64;
+    o.placement = Placement::InPlace;
     if pool {
         o.placement = Placement::Pool;
         o.memory_bytes = POOL_CHUNK;
