@@ -18,6 +18,10 @@ pub enum KvError {
     /// the page size the store was created with.
     #[error("bad page size {0}: a power of two from 4096 to 65536, as the store was created")]
     BadPageSize(usize),
+    /// A memory budget below what the placement needs: a pool placement charges its memory
+    /// in 2 MiB chunks ([`crate::store::POOL_CHUNK`]), so it needs at least one.
+    #[error("memory budget of {budget} bytes is below the {min} bytes this placement needs")]
+    BudgetTooSmall { budget: u64, min: u64 },
     /// The files do not hold a store this code can read (a wrong magic number, a data file
     /// shorter than its pages, a page whose layout is broken).
     #[error("corrupt store: {0}")]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use ucache::policy::{Clock, Veto};
 use ucache::store::{FileStore, OpenOptions, Store};
-use ucache::{BeforeWriteback, Cache, CacheOptions, MapOptions, Mapping};
+use ucache::{BeforeWriteback, Cache, CacheOptions, MapOptions, Mapping, Placement};
 
 use crate::error::{KvError, Result};
 use crate::node;
@@ -16,6 +16,13 @@ use crate::recovery::{self, DataState};
 use crate::tree::{self, Direction};
 use crate::txn::WriteTxn;
 use crate::wal::Wal;
+
+/// The placement [`KvOptions::in_dir`] picks: the pool. Measured with `ucache-kv bench`
+/// (docs/results/2026-11-26-kv, runs 5 to 7), it was 1.2 to 1.4× in place out of memory on
+/// zram, where a miss is cheap and the page fault and zeroing in place are a large share of
+/// it, and level with in place in memory and on the virtio disk. Its cost, a budget of at
+/// least 2 MiB, is refused with a typed error, never hit silently.
+pub const DEFAULT_PLACEMENT: Placement = Placement::Pool;
 
 /// How to open a store.
 #[derive(Clone)]
@@ -45,11 +52,33 @@ pub struct KvOptions {
     /// How long a load waits for memory when every resident page is pinned or vetoed (a batch
     /// larger than the budget): after that it fails with the cache's `BudgetExhausted`.
     pub budget_wait: std::time::Duration,
+    /// Where resident pages live (`MapOptions::placement`): `Placement::InPlace`, at their own
+    /// address in the mapping, or `Placement::Pool`, in frames of a pool the cache owns and
+    /// reuses, so a miss costs a read and no page fault. A pool is charged to the budget in
+    /// whole 2 MiB chunks, so it needs `memory_bytes` of at least [`POOL_CHUNK`]; a smaller
+    /// budget is refused with [`KvError::BudgetTooSmall`] before any file is touched.
+    pub placement: Placement,
+}
+
+/// The unit a pool placement charges to the budget (ucache's pool chunk; a page is at most
+/// 64 KiB, so never larger than it). A pool store's `memory_bytes` must be at least this.
+pub const POOL_CHUNK: u64 = 2 << 20;
+
+/// The smallest budget a store with these options accepts. The store raises a smaller
+/// in-place budget to 16 pages itself (so a batch that splits a path of nodes always has
+/// room); a pool cannot go below one chunk, and silently quadrupling a budget of, say, 512 KiB
+/// would hide from the caller that the store uses more memory than asked, so that is an error.
+fn min_budget(o: &KvOptions) -> u64 {
+    match o.placement {
+        Placement::Pool => POOL_CHUNK.max(16 * o.page_size as u64),
+        _ => 0,
+    }
 }
 
 impl KvOptions {
-    /// A store in directory `dir` (files `data` and `wal`), 4 KiB pages, 64 MiB of cache,
-    /// room for 16 GiB of pages, synced commits, checkpoints every 64 MiB of log.
+    /// A store in directory `dir` (files `data` and `wal`), 4 KiB pages, 64 MiB of cache on
+    /// the pool placement ([`DEFAULT_PLACEMENT`]), room for 16 GiB of pages, synced commits,
+    /// checkpoints every 64 MiB of log.
     pub fn in_dir(dir: impl AsRef<Path>) -> Self {
         let d = dir.as_ref();
         KvOptions {
@@ -62,6 +91,7 @@ impl KvOptions {
             sync_commits: true,
             checkpoint_bytes: 64 << 20,
             budget_wait: std::time::Duration::from_secs(5),
+            placement: DEFAULT_PLACEMENT,
         }
     }
 }
@@ -115,6 +145,13 @@ impl Kv {
         if !o.page_size.is_power_of_two() || !(4096..=65536).contains(&o.page_size) {
             return Err(KvError::BadPageSize(o.page_size));
         }
+        let min = min_budget(&o);
+        if o.memory_bytes < min {
+            return Err(KvError::BudgetTooSmall {
+                budget: o.memory_bytes,
+                min,
+            });
+        }
         let state = recovery::inspect(&o.store, &o.data, o.page_size)?;
         let wal_obj = o.store.open(&o.wal, OpenOptions::create())?;
         let (wal, records) = Wal::open(wal_obj)?;
@@ -148,6 +185,7 @@ impl Kv {
             &o.data,
             MapOptions::new()
                 .buffer_size(o.page_size)
+                .placement(o.placement)
                 .len(capacity * o.page_size as u64)
                 .writable(true)
                 .create(true)

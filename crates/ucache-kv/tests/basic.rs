@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use common::*;
 use rand::{Rng, SeedableRng};
-use ucache_kv::{Direction, Kv, KvError, WriteBatch};
+use ucache_kv::{Direction, Kv, KvError, Placement, WriteBatch, POOL_CHUNK};
+
+const PLACEMENTS: [Placement; 2] = [Placement::InPlace, Placement::Pool];
 
 fn check_scans(kv: &Kv, model: &BTreeMap<Vec<u8>, Vec<u8>>, rng: &mut impl Rng) {
     let all: Vec<_> = model.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -49,13 +51,17 @@ fn check_scans(kv: &Kv, model: &BTreeMap<Vec<u8>, Vec<u8>>, rng: &mut impl Rng) 
     }
 }
 
-fn model_run(page_size: usize, seed: u64) {
+/// One thread against a model over a tree larger than the cache. A pool's budget is at least
+/// one 2 MiB chunk, several times the in-place runs' 64 or 16 pages, so on the pool values are
+/// drawn from the top eighth of the allowed range to make the tree outgrow the cache there too.
+fn model_run(page_size: usize, placement: Placement, seed: u64) {
     let store = memory_store();
-    let o = options(
-        store.clone(),
-        page_size,
-        if page_size == 4096 { 64 } else { 16 },
-    );
+    let (memory_pages, big_values) = match placement {
+        Placement::Pool => (POOL_CHUNK / page_size as u64, true),
+        _ => (if page_size == 4096 { 64 } else { 16 }, false),
+    };
+    let mut o = options(store.clone(), page_size, memory_pages);
+    o.placement = placement;
     let kv = Kv::open(o.clone()).unwrap();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut model = BTreeMap::new();
@@ -66,6 +72,8 @@ fn model_run(page_size: usize, seed: u64) {
             0..=5 => {
                 let len = if rng.gen_bool(0.05) {
                     max_v
+                } else if big_values {
+                    rng.gen_range(7 * max_v / 8..max_v)
                 } else {
                     rng.gen_range(1..200)
                 };
@@ -105,7 +113,11 @@ fn model_run(page_size: usize, seed: u64) {
     }
     let pages = kv.mapping().stats();
     if page_size < 65536 {
-        assert!(pages.evictions > 0, "the tree outgrew the cache: {pages}");
+        assert!(
+            pages.evictions > 0,
+            "{placement:?}: the tree outgrew the cache: {pages}, {} pages in use",
+            kv.pages_used().unwrap()
+        );
     }
     kv.close().unwrap();
     // Reopen after close, then after a drop without close.
@@ -120,17 +132,29 @@ fn model_run(page_size: usize, seed: u64) {
 
 #[test]
 fn matches_a_model_on_4k_pages() {
-    within("4k", || model_run(4096, 1));
+    within("4k", || {
+        for p in PLACEMENTS {
+            model_run(4096, p, 1)
+        }
+    });
 }
 
 #[test]
 fn matches_a_model_on_16k_pages() {
-    within("16k", || model_run(16384, 2));
+    within("16k", || {
+        for p in PLACEMENTS {
+            model_run(16384, p, 2)
+        }
+    });
 }
 
 #[test]
 fn matches_a_model_on_64k_pages() {
-    within("64k", || model_run(65536, 3));
+    within("64k", || {
+        for p in PLACEMENTS {
+            model_run(65536, p, 3)
+        }
+    });
 }
 
 #[test]
@@ -179,6 +203,26 @@ fn bad_input_is_refused_and_changes_nothing() {
         Kv::open(o).unwrap().get(b"a").unwrap().as_deref(),
         Some(&b"1"[..])
     );
+}
+
+/// A pool is charged in 2 MiB chunks: a smaller budget is a typed error, and nothing is
+/// created (no data file, no log).
+#[test]
+fn a_pool_budget_below_one_chunk_is_refused_before_anything_is_created() {
+    let store = memory_store();
+    let mut o = options(store.clone(), 4096, 64);
+    o.placement = Placement::Pool;
+    match Kv::open(o.clone()) {
+        Err(KvError::BudgetTooSmall { budget, min }) => {
+            assert_eq!((budget, min), (64 * 4096, POOL_CHUNK))
+        }
+        r => panic!("expected BudgetTooSmall, got {:?}", r.err()),
+    }
+    assert!(store.get("data").is_none() && store.get("wal").is_none());
+    o.memory_bytes = POOL_CHUNK;
+    let kv = Kv::open(o).unwrap();
+    kv.put(b"a", b"1").unwrap();
+    assert_eq!(kv.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
 }
 
 #[test]

@@ -8,6 +8,13 @@
 //! and it checkpoints every 32 KiB of log, so kills land mid-commit, mid-write-back and
 //! mid-checkpoint. Batch `i` is a pure function of `i` and also sets key `last` to `i`, so the
 //! parent knows exactly what the store must hold after batches `1..=last`.
+//!
+//! Both placements run. In place: the cycles above (50 synced, 20 not). On the pool, whose
+//! budget cannot go below one 2 MiB chunk: 64 KiB pages (32 of them in the cache), values and
+//! the checkpoint interval 16 times larger. Before its cycles, the pool's parent writes
+//! batches until the tree is 1.5 times the cache, so every child there runs over a tree
+//! larger than the cache. The pool also runs 50 synced cycles and 20 unsynced ones. The last
+//! cycle checks that the tree outgrew the cache, on both placements.
 
 mod common;
 
@@ -19,22 +26,41 @@ use std::sync::Arc;
 use common::within;
 use rand::{Rng, SeedableRng};
 use ucache::store::FileStore;
-use ucache_kv::{Direction, Kv, KvOptions, WriteBatch};
+use ucache_kv::{Direction, Kv, KvOptions, Placement, WriteBatch, POOL_CHUNK};
 
 const ENV: &str = "UCACHE_KV_CRASH_DIR";
 /// Set (to anything) for a child whose commits are not synced.
 const NOSYNC: &str = "UCACHE_KV_CRASH_NOSYNC";
+/// Set (to anything) for a child on the pool placement.
+const POOL: &str = "UCACHE_KV_CRASH_POOL";
 const CYCLES: usize = 50;
 const NOSYNC_CYCLES: usize = 20;
+const POOL_CYCLES: usize = 50;
+const POOL_NOSYNC_CYCLES: usize = 20;
 const KEYSPACE: u64 = 1500;
 
-fn opts(dir: &str, sync: bool) -> KvOptions {
+/// How much larger pages, values and the checkpoint interval are on the pool.
+fn scale(pool: bool) -> usize {
+    if pool {
+        16
+    } else {
+        1
+    }
+}
+
+fn opts(dir: &str, sync: bool, pool: bool) -> KvOptions {
     let mut o = KvOptions::in_dir(dir);
     o.sync_commits = sync;
     o.store = Arc::new(FileStore::new());
+    o.page_size = 4096 * scale(pool);
     o.memory_bytes = 16 * 4096;
+    o.checkpoint_bytes = (32 << 10) * scale(pool) as u64;
+    o.placement = Placement::InPlace;
+    if pool {
+        o.placement = Placement::Pool;
+        o.memory_bytes = POOL_CHUNK;
+    }
     o.capacity_pages = 1 << 14;
-    o.checkpoint_bytes = 32 << 10;
     o
 }
 
@@ -45,12 +71,12 @@ fn mix(a: u64, b: u64) -> u64 {
 }
 
 /// Batch `i`: a few puts (values naming the batch), sometimes a delete, and `last = i`.
-fn batch(i: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+fn batch(i: u64, pool: bool) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     let mut ops = Vec::new();
     for j in 0..1 + i % 6 {
         let k = mix(i, j) % KEYSPACE;
         let mut v = format!("{k}@{i}").into_bytes();
-        v.resize(60 + (mix(i, 100 + j) % 200) as usize, b'x');
+        v.resize((60 + (mix(i, 100 + j) % 200) as usize) * scale(pool), b'x');
         ops.push((format!("k{k:05}").into_bytes(), Some(v)));
     }
     if i.is_multiple_of(3) {
@@ -60,8 +86,8 @@ fn batch(i: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
     ops
 }
 
-fn apply(model: &mut BTreeMap<Vec<u8>, Vec<u8>>, i: u64) {
-    for (k, v) in batch(i) {
+fn apply(model: &mut BTreeMap<Vec<u8>, Vec<u8>>, i: u64, pool: bool) {
+    for (k, v) in batch(i, pool) {
         match v {
             Some(v) => model.insert(k, v),
             None => model.remove(&k),
@@ -76,7 +102,8 @@ fn crash_child() {
     let Ok(dir) = std::env::var(ENV) else {
         return;
     };
-    let kv = Kv::open(opts(&dir, std::env::var(NOSYNC).is_err())).unwrap();
+    let pool = std::env::var(POOL).is_ok();
+    let kv = Kv::open(opts(&dir, std::env::var(NOSYNC).is_err(), pool)).unwrap();
     let last: u64 = kv
         .get(b"last")
         .unwrap()
@@ -85,7 +112,7 @@ fn crash_child() {
     use std::io::Write;
     for i in last + 1.. {
         let mut b = WriteBatch::new();
-        for (k, v) in batch(i) {
+        for (k, v) in batch(i, pool) {
             match v {
                 Some(v) => b.put(k, v),
                 None => b.delete(k),
@@ -99,17 +126,56 @@ fn crash_child() {
 
 #[test]
 fn sigkill_at_random_points_loses_no_acknowledged_batch() {
-    within("crash cycles", || cycles(true, CYCLES));
+    within("crash cycles", || cycles(true, false, CYCLES));
 }
 
 /// Without synced commits, a crash may lose the latest acknowledged batches, but the store
 /// still holds exactly batches `1..=last` for some `last`: no batch in part, no hole.
 #[test]
 fn sigkill_without_synced_commits_leaves_a_whole_prefix() {
-    within("no-sync crash cycles", || cycles(false, NOSYNC_CYCLES));
+    within("no-sync crash cycles", || {
+        cycles(false, false, NOSYNC_CYCLES)
+    });
 }
 
-fn cycles(sync: bool, cycles: usize) {
+#[test]
+fn sigkill_on_the_pool_loses_no_acknowledged_batch() {
+    within("pool crash cycles", || cycles(true, true, POOL_CYCLES));
+}
+
+#[test]
+fn sigkill_on_the_pool_without_synced_commits_leaves_a_whole_prefix() {
+    within("pool no-sync crash cycles", || {
+        cycles(false, true, POOL_NOSYNC_CYCLES)
+    });
+}
+
+/// Writes batches `1..` (synced) until the tree is larger than the cache, so every cycle's
+/// child writes pages back on eviction. The pool's cache is 2 MiB, which the children alone
+/// would take many cycles to outgrow (an unsynced child keeps only what happened to become
+/// durable). Returns the last batch written, applied to `model`.
+fn grow_past_the_cache(path: &str, model: &mut BTreeMap<Vec<u8>, Vec<u8>>) -> u64 {
+    let o = opts(path, true, true);
+    let kv = Kv::open(o.clone()).unwrap();
+    let mut i = 0;
+    while kv.pages_used().unwrap() * (o.page_size as u64) < o.memory_bytes * 3 / 2 {
+        i += 1;
+        assert!(i < 20_000, "the tree stopped growing");
+        let mut b = WriteBatch::new();
+        for (k, v) in batch(i, true) {
+            match v {
+                Some(v) => b.put(k, v),
+                None => b.delete(k),
+            };
+        }
+        kv.write(&b).unwrap();
+        apply(model, i, true);
+    }
+    kv.close().unwrap();
+    i
+}
+
+fn cycles(sync: bool, pool: bool, cycles: usize) {
     {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().to_str().unwrap().to_string();
@@ -117,11 +183,17 @@ fn cycles(sync: bool, cycles: usize) {
         let mut rng = rand::rngs::StdRng::seed_from_u64(20);
         let mut model = BTreeMap::new();
         let mut applied = 0u64;
+        if pool {
+            applied = grow_past_the_cache(&path, &mut model);
+        }
         let mut acked_total = 0u64;
         for cycle in 0..cycles {
             let mut cmd = Command::new(&exe);
             if !sync {
                 cmd.env(NOSYNC, "1");
+            }
+            if pool {
+                cmd.env(POOL, "1");
             }
             let mut child = cmd
                 .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
@@ -160,7 +232,7 @@ fn cycles(sync: bool, cycles: usize) {
             child.wait().unwrap();
             acked_total += acked - applied.min(acked);
 
-            let kv = Kv::open(opts(&path, true)).unwrap();
+            let kv = Kv::open(opts(&path, true, pool)).unwrap();
             let last: u64 = kv
                 .get(b"last")
                 .unwrap()
@@ -174,7 +246,7 @@ fn cycles(sync: bool, cycles: usize) {
             );
             while applied < last {
                 applied += 1;
-                apply(&mut model, applied);
+                apply(&mut model, applied, pool);
             }
             let got: BTreeMap<_, _> = kv
                 .scan(None, None, Direction::Forward, usize::MAX)
@@ -195,6 +267,17 @@ fn cycles(sync: bool, cycles: usize) {
                     .collect();
                 panic!(
                     "cycle {cycle}: the store after batch {last} differs from the model: {diff:?}"
+                );
+            }
+            if cycle + 1 == cycles {
+                // The later cycles ran over a tree larger than the cache, so the children
+                // wrote pages back on eviction, not only at checkpoints.
+                let o = opts(&path, true, pool);
+                let bytes = kv.pages_used().unwrap() * o.page_size as u64;
+                assert!(
+                    bytes > o.memory_bytes,
+                    "the tree ({bytes} bytes) outgrew the cache ({})",
+                    o.memory_bytes
                 );
             }
             drop(kv);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ucache::store::{MemoryStore, Store};
-use ucache_kv::KvOptions;
+use ucache_kv::{KvOptions, Placement};
 
 /// How long a test may go without finishing before it is called hung.
 pub const HANG: Duration = Duration::from_secs(300);
@@ -27,9 +27,12 @@ pub fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'sta
     }
 }
 
-/// Options for a store in `store`, with small pages, a small cache and a small capacity.
+/// Options for a store in `store`, with small pages, a small cache and a small capacity, in
+/// place: budgets of a few pages are below a pool's one 2 MiB chunk (the tests that run on the
+/// pool set the placement and a budget for it themselves).
 pub fn options(store: Arc<dyn Store>, page_size: usize, memory_pages: u64) -> KvOptions {
     let mut o = KvOptions::in_dir("unused");
+    o.placement = Placement::InPlace;
     o.store = store;
     o.data = "data".into();
     o.wal = "wal".into();

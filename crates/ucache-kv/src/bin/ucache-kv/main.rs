@@ -22,8 +22,9 @@ use ucache_cli::bench::cpu::self_cpu;
 use ucache_cli::bench::datafile::drop_page_cache;
 
 use systems::{KvMmap, KvUcache, Lmdb, System};
+use ucache_kv::Placement;
 
-const SYSTEMS: [&str; 3] = ["kv-ucache-inplace", "kv-mmap", "lmdb"];
+const SYSTEMS: [&str; 4] = ["kv-ucache-pool", "kv-ucache-inplace", "kv-mmap", "lmdb"];
 const SLACK: u64 = 8 << 20;
 
 #[derive(Parser)]
@@ -113,7 +114,8 @@ struct Measurement {
 
 fn open(system: &str, dir: &Path, memory: u64) -> Box<dyn System> {
     match system {
-        "kv-ucache-inplace" => Box::new(KvUcache::open(dir, memory)),
+        "kv-ucache-pool" => Box::new(KvUcache::open(dir, memory, Placement::Pool)),
+        "kv-ucache-inplace" => Box::new(KvUcache::open(dir, memory, Placement::InPlace)),
         "kv-mmap" => Box::new(KvMmap::open(dir)),
         "lmdb" => Box::new(Lmdb::open(dir)),
         s => panic!("unknown system {s}"),
@@ -123,9 +125,9 @@ fn open(system: &str, dir: &Path, memory: u64) -> Box<dyn System> {
 /// The bytes of a system's data files.
 fn data_bytes(system: &str, dir: &Path) -> u64 {
     match system {
-        "kv-ucache-inplace" => {
+        "kv-ucache-pool" | "kv-ucache-inplace" => {
             // Pages in use, not the sparse file's length.
-            let kv = KvUcache::open(dir, 64 << 20);
+            let kv = KvUcache::open(dir, 64 << 20, Placement::InPlace);
             kv.0.pages_used().unwrap() * 4096
         }
         "kv-mmap" => {
@@ -140,7 +142,7 @@ fn data_bytes(system: &str, dir: &Path) -> u64 {
 
 fn data_files(system: &str, dir: &Path) -> Vec<PathBuf> {
     match system {
-        "kv-ucache-inplace" => vec![dir.join("data"), dir.join("wal")],
+        "kv-ucache-pool" | "kv-ucache-inplace" => vec![dir.join("data"), dir.join("wal")],
         "kv-mmap" => vec![dir.join("data.mmap")],
         _ => vec![dir.join("data.mdb")],
     }

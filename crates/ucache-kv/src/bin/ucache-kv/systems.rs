@@ -4,7 +4,7 @@ use std::path::Path;
 
 use heed::types::Bytes;
 use heed::{Database, Env, EnvFlags, EnvOpenOptions};
-use ucache_kv::{Kv, KvOptions, WriteBatch};
+use ucache_kv::{Kv, KvOptions, Placement, WriteBatch};
 
 /// Point operations of a key-value store, callable from many threads.
 pub trait System: Sync {
@@ -22,13 +22,15 @@ pub fn key(n: u64) -> [u8; 8] {
     n.to_be_bytes()
 }
 
-/// ucache-kv, in place, commits not synced (the bench's no-sync durability mode).
+/// ucache-kv, in place (`kv-ucache-inplace`) or on the pool placement (`kv-ucache-pool`),
+/// commits not synced (the bench's no-sync durability mode).
 pub struct KvUcache(pub Kv);
 
 impl KvUcache {
-    pub fn open(dir: &Path, memory: u64) -> KvUcache {
+    pub fn open(dir: &Path, memory: u64, placement: Placement) -> KvUcache {
         let mut o = KvOptions::in_dir(dir);
         o.memory_bytes = memory;
+        o.placement = placement;
         o.sync_commits = false;
         // 256 MiB of pages: the per-page tables (states, LSNs) stay small inside the cgroup.
         o.capacity_pages = 1 << 16;
