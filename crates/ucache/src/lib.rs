@@ -8,7 +8,8 @@
 //!
 //! The design follows uCache (FAST'26) and vmcache (SIGMOD'23): every buffer has one atomic
 //! state word ([`state`]), insertion is a two-step lock-free CAS protocol, eviction is batched
-//! and optimistic, and nothing takes a global lock on the hit or the miss path.
+//! and optimistic, and nothing takes a global lock on the hit path or an in-place miss (a pool
+//! miss pops its frame under its pool's free-list lock).
 
 mod cache;
 pub mod error;
