@@ -64,9 +64,10 @@ pub(crate) struct FramePool {
     per_chunk: u32,
     region: Region,
     free: Mutex<Free>,
-    /// Bytes of live chunks (charged to the budget).
+    /// Bytes of live chunks (charged to the budget). Changed only under `free`'s lock, with
+    /// the lists, so readers never see a count run ahead of (or wrap below) the lists.
     charged: AtomicU64,
-    /// Bytes of free frames, for the cache's view of what is really free.
+    /// Bytes of free frames, for the cache's view of what is really free; as `charged`.
     free_bytes: AtomicU64,
     /// Frames to keep free before a fully free chunk is given back.
     keep: usize,
@@ -146,7 +147,8 @@ impl FramePool {
             fr.nonempty.remove(&c);
         }
         fr.frames -= 1;
-        drop(fr);
+        // Under the lock, as every change of the counters: a frame is counted free exactly
+        // while it is on a list, so no pop can subtract what a grow has not added yet.
         self.free_bytes.fetch_sub(self.bs as u64, Ordering::Relaxed);
         Some(f)
     }
@@ -171,7 +173,6 @@ impl FramePool {
             fr.nonempty.insert(c as u32);
         }
         fr.frames += self.per_chunk as usize - 1;
-        drop(fr);
         self.charged.fetch_add(self.chunk as u64, Ordering::Relaxed);
         self.free_bytes.fetch_add(
             (self.per_chunk as u64 - 1) * self.bs as u64,
@@ -264,11 +265,11 @@ impl FramePool {
             fr.frames -= self.per_chunk as usize;
             released += self.chunk as u64;
         }
-        drop(fr);
         if released > 0 {
             self.charged.fetch_sub(released, Ordering::Relaxed);
             self.free_bytes.fetch_sub(released, Ordering::Relaxed);
         }
+        drop(fr);
         released
     }
 }
