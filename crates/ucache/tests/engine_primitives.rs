@@ -176,11 +176,21 @@ fn recording_hook(refuse: Arc<AtomicBool>) -> (BeforeWriteback, Seen) {
     (hook, seen)
 }
 
-#[test]
-fn the_hook_runs_before_every_kind_of_write_back() {
+/// A writable mapping of `buffers` zeroed buffers (a 16-buffer budget, batches of 2) whose
+/// before-write-back hook records what it sees and fails while `refuse` is set.
+fn hooked_mapping(
+    buffers: usize,
+    refusing: bool,
+) -> (
+    Arc<MemoryStore>,
+    Arc<AtomicBool>,
+    Seen,
+    Cache,
+    ucache::Mapping,
+) {
     let store = Arc::new(MemoryStore::new());
-    store.insert("o", vec![0; 64 * BS]);
-    let refuse = Arc::new(AtomicBool::new(false));
+    store.insert("o", vec![0; buffers * BS]);
+    let refuse = Arc::new(AtomicBool::new(refusing));
     let (hook, seen) = recording_hook(refuse.clone());
     let cache = Cache::new(CacheOptions::new(16 * BS as u64).batch(2)).unwrap();
     let m = cache
@@ -190,6 +200,12 @@ fn the_hook_runs_before_every_kind_of_write_back() {
             MapOptions::new().writable(true).before_writeback(hook),
         )
         .unwrap();
+    (store, refuse, seen, cache, m)
+}
+
+#[test]
+fn the_hook_runs_before_every_kind_of_write_back() {
+    let (store, _, seen, _cache, m) = hooked_mapping(64, false);
     let dirty = |i: u64, v: u8| m.pin_exclusive(i).unwrap()[0] = v;
     let hooked = |i: u64, v: u8| seen.lock().unwrap().contains(&(i, v));
     // msync
@@ -225,18 +241,7 @@ fn the_hook_runs_before_every_kind_of_write_back() {
 
 #[test]
 fn a_refusing_hook_keeps_the_buffer_dirty_and_unwritten() {
-    let store = Arc::new(MemoryStore::new());
-    store.insert("o", vec![0; 16 * BS]);
-    let refuse = Arc::new(AtomicBool::new(true));
-    let (hook, seen) = recording_hook(refuse.clone());
-    let cache = Cache::new(CacheOptions::new(16 * BS as u64).batch(2)).unwrap();
-    let m = cache
-        .map(
-            store.clone(),
-            "o",
-            MapOptions::new().writable(true).before_writeback(hook),
-        )
-        .unwrap();
+    let (store, refuse, seen, _cache, m) = hooked_mapping(16, true);
     m.pin_exclusive(1).unwrap()[0] = 1;
     m.pin_exclusive(2).unwrap()[0] = 2;
     let e = m.msync(0, m.len()).unwrap_err();

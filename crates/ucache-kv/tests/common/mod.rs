@@ -4,28 +4,16 @@
 #![allow(dead_code)] // not every test binary uses every helper
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use ucache::store::{MemoryStore, Store};
 use ucache_kv::{KvOptions, Placement};
 
-/// How long a test may go without finishing before it is called hung.
-pub const HANG: Duration = Duration::from_secs(300);
-
-/// Runs `f` on its own thread, failing the test (naming `what`) if it has not finished within
-/// [`HANG`].
-pub fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-        let _ = tx.send(r);
-    });
-    match rx.recv_timeout(HANG) {
-        Ok(Ok(v)) => v,
-        Ok(Err(p)) => std::panic::resume_unwind(p),
-        Err(_) => panic!("{what}: hung for {HANG:?}"),
-    }
-}
+/// The core's watchdog, shared by path rather than copied: `within` fails a test that has
+/// not finished in `HANG` (minutes), naming it; it never times the code.
+#[path = "../../../ucache/tests/common/mod.rs"]
+mod core_common;
+#[allow(unused_imports)] // not every test binary uses it
+pub use core_common::within;
 
 /// Options for a store in `store`, with small pages, a small cache and a small capacity, in
 /// place: budgets of a few pages are below a pool's one 2 MiB chunk (the tests that run on the
