@@ -48,6 +48,28 @@ fn try_pins_never_wait_and_never_load() {
     assert!(matches!(m.try_pin_shared(99), Err(Error::OutOfRange(_))));
 }
 
+/// Every new entry point rejects an index past the end and, where it writes, a read-only
+/// mapping, with a typed error and no load.
+#[test]
+fn bad_indices_and_read_only_mappings_are_typed_errors() {
+    let (store, cache, m) = setup(8, 8);
+    assert!(matches!(m.try_pin_exclusive(8), Err(Error::OutOfRange(_))));
+    assert!(matches!(m.optimistic(8), Err(Error::OutOfRange(_))));
+    assert!(matches!(
+        m.pin_overwrite(u64::MAX),
+        Err(Error::OutOfRange(_))
+    ));
+    let ro = cache.map(store, "o", MapOptions::new()).unwrap();
+    assert!(matches!(ro.try_pin_exclusive(0), Err(Error::ReadOnly)));
+    assert!(matches!(ro.pin_overwrite(0), Err(Error::ReadOnly)));
+    let r = ro.optimistic(0).unwrap();
+    assert!(
+        r.upgrade_exclusive().is_none(),
+        "no exclusive pin on a read-only mapping"
+    );
+    assert_eq!(m.stats().misses, 0, "nothing was loaded for a refused call");
+}
+
 #[test]
 fn upgrades_succeed_only_while_the_version_holds() {
     let (_s, _c, m) = setup(8, 8);
