@@ -61,7 +61,7 @@ pub extern "C" fn ucache_cache_options_init(
             io_threads: 0,
             background_eviction: true,
             profile_faults: false,
-            budget_wait_ms: ucache_core::DEFAULT_BUDGET_WAIT.as_millis() as u64,
+            budget_wait_ms: ucache_core::CacheOptions::DEFAULT_BUDGET_WAIT.as_millis() as u64,
         });
         Ok(())
     })
@@ -171,7 +171,7 @@ pub struct ucache_stats {
 
 /// Entries of `ucache_stats.miss_latency`.
 pub const UCACHE_LATENCY_BUCKETS: usize = 32;
-const _: () = assert!(UCACHE_LATENCY_BUCKETS == ucache_core::LATENCY_BUCKETS);
+const _: () = assert!(UCACHE_LATENCY_BUCKETS == ucache_core::StatsSnapshot::LATENCY_BUCKETS);
 
 /// `From<StatsSnapshot>` for `ucache_stats`, given the counters both have (every field but
 /// `miss_latency`), each named once. `StatsSnapshot` is destructured without `..`: a counter

@@ -45,7 +45,9 @@ pub struct ucache_map_options {
     pub len: u64,
     /// Allow exclusive pins, dirty buffers and write-back (default false).
     pub writable: bool,
-    /// Create the object if missing (needs `len`; implies writable).
+    /// Create the object if missing (default false). Needs `len`, and `writable` true as
+    /// well: `create` without `writable` is refused by `ucache_map` with
+    /// `UCACHE_ERR_BAD_ARGUMENT` before anything is created.
     pub create: bool,
     /// Plain loads and stores through the mapping's base pointer, like mmap (userfaultfd;
     /// Linux x86-64). Default false.
@@ -125,14 +127,12 @@ fn map_options(o: &ucache_map_options) -> Result<MapOptions, Fail> {
     let mut m = MapOptions::new()
         .buffer_size(o.buffer_size)
         .offset(o.offset)
+        .writable(o.writable)
         .create(o.create)
         .transparent(o.transparent)
         .readahead(o.readahead)
         .track_access(o.track_access)
         .weight(o.weight);
-    if o.writable {
-        m = m.writable(true);
-    }
     if o.len != 0 {
         m = m.len(o.len);
     }

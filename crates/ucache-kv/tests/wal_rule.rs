@@ -144,7 +144,11 @@ fn the_recorder_catches_a_violation() {
     let (store, rec) = recorder(4096);
     let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
     let m = cache
-        .map(store, "data", MapOptions::new().len(4 * 4096).create(true))
+        .map(
+            store,
+            "data",
+            MapOptions::new().len(4 * 4096).writable(true).create(true),
+        )
         .unwrap();
     m.pin_exclusive(1).unwrap().write::<u64>(0, 1234u64.to_le());
     m.msync(0, m.len()).unwrap();

@@ -490,7 +490,7 @@ pub(crate) fn remap(old: usize, old_len: usize, new_len: usize, flags: i32) -> O
 /// `madvise` on a shim mapping: `None` sends it to the kernel (ucache's own eviction).
 pub(crate) fn advise(addr: usize, len: usize, advice: i32) -> Option<i32> {
     let (_, e) = table::find_addr(addr, len)?;
-    if e.phase_at(addr.max(e.start)) == Some(ucache::state::Phase::Evicting) {
+    if e.phase_at(addr.max(e.start)) == Some(ucache::Phase::Evicting) {
         return None;
     }
     if advice == libc::MADV_WILLNEED {
@@ -556,7 +556,7 @@ fn evict_one(e: &Entry, a: u64, b: u64) {
         let loading = (first..=last).any(|i| {
             e.map
                 .state(i)
-                .is_some_and(|w| w.phase() == ucache::state::Phase::Loading)
+                .is_some_and(|w| w.phase() == ucache::Phase::Loading)
         });
         if !loading {
             return;

@@ -45,7 +45,7 @@ impl Entry {
     }
 
     /// The phase of the buffer holding `addr`, read without locks.
-    pub fn phase_at(&self, addr: usize) -> Option<ucache::state::Phase> {
+    pub fn phase_at(&self, addr: usize) -> Option<ucache::Phase> {
         let m = &self.map;
         m.state(m.buffer_of((addr - self.start) as u64))
             .map(|w| w.phase())

@@ -87,7 +87,7 @@ impl Cache {
     }
 
     /// Maps a local path or an `s3://bucket/key` URL. See the type stubs for every option.
-    #[pyo3(signature = (path, *, buffer_size = None, writable = None, create = false,
+    #[pyo3(signature = (path, *, buffer_size = None, writable = false, create = false,
         length = None, offset = 0, transparent = false, policy = None, policy_params = None,
         readahead = true,
         track_access = false, weight = 1, endpoint = None, access_key = None,
@@ -98,7 +98,7 @@ impl Cache {
         py: Python<'_>,
         path: &Bound<'_, PyAny>,
         buffer_size: Option<Size>,
-        writable: Option<bool>,
+        writable: bool,
         create: bool,
         length: Option<Size>,
         offset: u64,
@@ -130,17 +130,15 @@ impl Cache {
             region,
             allow_http,
         };
-        let will_write = writable.unwrap_or(create);
+        let will_write = writable;
         let mut o = MapOptions::new()
             .offset(offset)
+            .writable(writable)
             .create(create)
             .transparent(transparent)
             .readahead(readahead)
             .track_access(track_access)
             .weight(weight);
-        if let Some(w) = writable {
-            o = o.writable(w);
-        }
         if let Some(l) = length {
             o = o.len(l.0);
         }

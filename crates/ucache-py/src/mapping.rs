@@ -191,7 +191,7 @@ impl Mapping {
     fn is_resident(&self, index: u64) -> PyResult<bool> {
         let m = self.get()?;
         match m.state(index) {
-            Some(w) => Ok(w.phase() == ucache_core::state::Phase::Cached),
+            Some(w) => Ok(w.phase() == ucache_core::Phase::Cached),
             None => Err(past_last(&m, index)),
         }
     }

@@ -40,8 +40,12 @@ def test_bad_options(cache, data_file):
         ucache.Cache(4096, batch=64)
     with pytest.raises(ucache.InvalidArgument):
         ucache.Cache(-1)
-    with pytest.raises(ucache.InvalidArgument):
+    with pytest.raises(ucache.InvalidArgument, match="`create` needs `writable`"):
         cache.map(data_file, writable=False, create=True)
+    # create without writable is refused too: writable defaults to False, create never
+    # implies it.
+    with pytest.raises(ucache.InvalidArgument, match="must be writable"):
+        cache.map(data_file, create=True)
 
 
 def test_write_to_read_only_mapping(cache, data_file):

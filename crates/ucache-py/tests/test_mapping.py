@@ -48,7 +48,7 @@ def test_numpy_writes_survive_msync_and_reopen(tmp_path: Path):
     p = tmp_path / "rw.bin"
     n = 32 * 4096
     cache = ucache.Cache("4MiB")
-    with cache.map(p, create=True, length=n, transparent=True) as m:
+    with cache.map(p, writable=True, create=True, length=n, transparent=True) as m:
         assert m.writable
         a = np.frombuffer(m, dtype="<u8")
         assert a.flags.writeable
@@ -104,7 +104,7 @@ def test_pin_with_live_array_stays_pinned_until_it_is_released(cache, data_file)
 def test_exclusive_pin_writes_are_written_back(tmp_path: Path):
     p = tmp_path / "pin.bin"
     cache = ucache.Cache("4MiB")
-    m = cache.map(p, create=True, length=4 * 4096)
+    m = cache.map(p, writable=True, create=True, length=4 * 4096)
     with m.pin(1, exclusive=True) as view:
         assert not view.readonly
         view[:5] = b"hello"

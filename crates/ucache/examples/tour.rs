@@ -55,6 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Arc::new(FileStore::new()),
         path.to_str().unwrap(),
         MapOptions::new()
+            .writable(true)
             .create(true)
             .len(256 << 20)
             .buffer_size(BS)

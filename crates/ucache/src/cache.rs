@@ -25,13 +25,10 @@ use crate::pool::FramePool;
 use crate::stats::{Counter, Stats, StatsSnapshot};
 use crate::store::Store;
 
-/// Default bytes per eviction batch: 64 buffers of 4 KiB, as vmcache (the paper uses 64–512).
-/// One `process_madvise` and its TLB shootdown are spread over the batch. Larger batches
-/// measured no faster here and trade the 99th percentile for the 99.9th (docs/design.md);
-/// counting bytes keeps a batch of 2 MiB buffers from holding a large part of the budget.
-pub const DEFAULT_BATCH_BYTES: u64 = 256 << 10;
-/// The most buffers one eviction batch takes.
-pub const MAX_BATCH: usize = 1024;
+/// [`CacheOptions::DEFAULT_BATCH_BYTES`], which documents it.
+const DEFAULT_BATCH_BYTES: u64 = 256 << 10;
+/// [`CacheOptions::MAX_BATCH`].
+const MAX_BATCH: usize = 1024;
 
 /// How much one eviction round frees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,12 +58,11 @@ fn default_io_threads() -> usize {
 /// one unwritable batch beside clean buffers does not fail a load.
 const FAILED_WRITEBACK_ROUNDS: u32 = 2;
 
-/// The background evictor engages where the budget holds at least this many batches.
-pub const BACKGROUND_EVICTION_BATCHES: u64 = 64;
+/// [`CacheOptions::BACKGROUND_EVICTION_BATCHES`].
+const BACKGROUND_EVICTION_BATCHES: u64 = 64;
 
-/// How long a loader keeps trying to free memory before it reports the budget exhausted, by
-/// default (see [`CacheOptions::budget_wait`]).
-pub const DEFAULT_BUDGET_WAIT: Duration = Duration::from_secs(5);
+/// [`CacheOptions::DEFAULT_BUDGET_WAIT`].
+const DEFAULT_BUDGET_WAIT: Duration = Duration::from_secs(5);
 
 /// How to build a [`Cache`].
 #[derive(Clone)]
@@ -80,6 +76,24 @@ pub struct CacheOptions {
     background_eviction: bool,
     budget_wait: Duration,
     pool_huge_pages: bool,
+}
+
+/// The cache's tuning constants: the defaults and limits its options are checked against.
+impl CacheOptions {
+    /// Default bytes per eviction batch ([`CacheOptions::batch_bytes`]): 64 buffers of 4 KiB,
+    /// as vmcache (the paper uses 64–512). One `process_madvise` and its TLB shootdown are
+    /// spread over the batch. Larger batches measured no faster here and trade the 99th
+    /// percentile for the 99.9th (docs/design.md); counting bytes keeps a batch of 2 MiB
+    /// buffers from holding a large part of the budget.
+    pub const DEFAULT_BATCH_BYTES: u64 = DEFAULT_BATCH_BYTES;
+    /// The most buffers one eviction batch takes ([`CacheOptions::batch`]).
+    pub const MAX_BATCH: usize = MAX_BATCH;
+    /// The background evictor ([`CacheOptions::background_eviction`]) engages where the
+    /// budget holds at least this many batches.
+    pub const BACKGROUND_EVICTION_BATCHES: u64 = BACKGROUND_EVICTION_BATCHES;
+    /// How long a loader keeps trying to free memory before it reports the budget exhausted,
+    /// by default ([`CacheOptions::budget_wait`]).
+    pub const DEFAULT_BUDGET_WAIT: Duration = DEFAULT_BUDGET_WAIT;
 }
 
 impl CacheOptions {
@@ -106,7 +120,7 @@ impl CacheOptions {
     }
     /// How long a load that needs memory waits when nothing can be evicted (every resident
     /// buffer pinned, loading, or vetoed by its policy) before it fails with
-    /// [`Error::BudgetExhausted`] (default [`DEFAULT_BUDGET_WAIT`], 5 s), or with
+    /// [`Error::BudgetExhausted`] (default [`CacheOptions::DEFAULT_BUDGET_WAIT`], 5 s), or with
     /// [`Error::WritebackFailed`] where what kept memory from being freed was dirty buffers
     /// whose write-backs failed (a full disk, a store that is down). The wait restarts
     /// whenever an eviction frees something; each load that has to wait at all counts once
@@ -126,7 +140,7 @@ impl CacheOptions {
     }
     /// Whether a background thread keeps one to four eviction batches of the budget free, so
     /// that loaders rarely evict themselves (on by default). It engages only where the budget
-    /// holds at least [`BACKGROUND_EVICTION_BATCHES`] batches, so that the room it keeps free
+    /// holds at least [`CacheOptions::BACKGROUND_EVICTION_BATCHES`] batches, so that the room it keeps free
     /// costs the cache at most a sixteenth of its budget. Loaders that find the budget full
     /// still evict themselves, so it is never waited for. See docs/design.md for what it buys.
     pub fn background_eviction(mut self, on: bool) -> Self {
@@ -140,14 +154,15 @@ impl CacheOptions {
         self.profile = on;
         self
     }
-    /// Buffers evicted per batch (1..=[`MAX_BATCH`]), whatever their size. The budget must
+    /// Buffers evicted per batch (1..=[`CacheOptions::MAX_BATCH`]), whatever their size. The budget must
     /// hold one batch of every mapping's buffers.
     pub fn batch(mut self, buffers: usize) -> Self {
         self.batch = Some(Batch::Buffers(buffers));
         self
     }
     /// Bytes evicted per batch: a mapping of `bs`-byte buffers evicts `bytes / bs` of them
-    /// (at least one, at most [`MAX_BATCH`]). The default is [`DEFAULT_BATCH_BYTES`], or an
+    /// (at least one, at most [`CacheOptions::MAX_BATCH`]). The default is
+    /// [`CacheOptions::DEFAULT_BATCH_BYTES`], or an
     /// eighth of the budget if that is smaller. A larger batch spreads one `process_madvise`
     /// and its TLB shootdown over more misses, and makes the rarer miss that evicts wait
     /// longer: it moves the stall from the 99th percentile to the 99.9th (docs/design.md).

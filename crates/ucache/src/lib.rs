@@ -7,10 +7,12 @@
 //! `writeback` and `msync`, and with per-mapping [`policy::Policy`] hooks.
 //!
 //! The design follows uCache (FAST'26) and vmcache (SIGMOD'23): every buffer has one atomic
-//! state word ([`state`]), insertion is a two-step lock-free CAS protocol, eviction is batched
+//! state word ([`Word`]), insertion is a two-step lock-free CAS protocol, eviction is batched
 //! and optimistic, and nothing takes a global lock on the hit path or an in-place miss (a pool
 //! miss pops its frame under its pool's free-list lock).
 
+// Every module is private except the three families a user picks from (`error`, `policy`,
+// `store`); what else is public is re-exported below, one chosen list.
 mod cache;
 pub mod error;
 mod evictor;
@@ -26,7 +28,7 @@ mod pool;
 mod region;
 mod sigbus;
 mod staging;
-pub mod state;
+mod state;
 mod stats;
 mod stats_display;
 mod stopwatch;
@@ -35,15 +37,22 @@ mod sync;
 mod typed;
 mod uffd;
 
-pub use cache::{
-    Cache, CacheOptions, BACKGROUND_EVICTION_BATCHES, DEFAULT_BATCH_BYTES, DEFAULT_BUDGET_WAIT,
-    MAX_BATCH,
-};
-pub use error::{Bounds, Error, Result};
-pub use fault::{FaultAction, FaultHandling, FaultHook};
-pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};
+// The public surface, by what a program does with it.
+// A cache and how it is built (its tuning constants are associated constants of
+// `CacheOptions`).
+pub use cache::{Cache, CacheOptions};
+// A mapping: how it is made, the handle, what `unmap` reports, its hook.
 pub use mapping::{BeforeWriteback, MapOptions, Mapping, OptimisticRead, Placement, UnmapError};
-pub use stats::{StatsSnapshot, LATENCY_BUCKETS};
+// Access to buffers: pins, optimistic views.
+pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};
+// Transparent mappings: what a fault that cannot be served does.
+pub use fault::{FaultAction, FaultHandling, FaultHook};
+// A buffer's state, read-only (`Mapping::state`, `policy::Buffers::state`).
+pub use state::{Phase, Word};
+// Statistics.
+pub use stats::StatsSnapshot;
+// Errors.
+pub use error::{Bounds, Error, Result};
 
 /// The examples of `docs/guide.md`, run as doc tests so the guide cannot drift from the API.
 #[cfg(doctest)]

@@ -172,10 +172,11 @@ impl MappingCore {
                 o.offset
             )));
         }
-        if o.create && o.writable == Some(false) {
+        if o.create && !o.writable {
             // Checked before the store is asked, so nothing is created for a refused mapping.
             return Err(Error::BadArgument(
-                "a mapping that creates its object must be writable".into(),
+                "`create` needs `writable`: a mapping that creates its object must be writable"
+                    .into(),
             ));
         }
         if o.weight == 0 {
@@ -183,7 +184,7 @@ impl MappingCore {
                 "a mapping's weight must be at least 1".into(),
             ));
         }
-        let writable = o.is_writable();
+        let writable = o.writable;
         if let Some(len) = o.len {
             // What the length alone decides is checked before the store is asked, so a
             // refused mapping creates nothing.

@@ -53,7 +53,7 @@ const PIN_MASK: u64 = 0xFFFF;
 /// that many threads adding at the same instant before their adds are undone. With the limit
 /// at the field's top, two such adds on a buffer at the limit carried into `X` (review,
 /// 2026-11-25).
-pub const MAX_PINS: u64 = 1 << 15;
+pub(crate) const MAX_PINS: u64 = 1 << 15;
 /// Above this many pins, pins take the CAS path.
 const FAST_PIN_LIMIT: u64 = 1 << 14;
 const X: u64 = 1 << 16;
@@ -70,7 +70,7 @@ const FLAGS_CLEARED_ON_EVICT: u64 = DIRTY | REFERENCED | PREFETCHED | WRITING;
 
 /// One value of the state word, with the pure transition functions.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Word(pub u64);
+pub struct Word(pub(crate) u64);
 
 impl std::fmt::Debug for Word {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -91,7 +91,8 @@ impl std::fmt::Debug for Word {
 }
 
 impl Word {
-    pub const EVICTED: Word = Word(0);
+    #[cfg(test)]
+    pub(crate) const EVICTED: Word = Word(0);
 
     #[inline]
     pub fn phase(self) -> Phase {
@@ -156,33 +157,33 @@ impl Word {
 
     /// Shared pin of a cached buffer that no one holds exclusively.
     #[inline]
-    pub fn pin_shared(self) -> Option<Word> {
+    pub(crate) fn pin_shared(self) -> Option<Word> {
         (self.phase() == Phase::Cached && !self.exclusive() && self.pins() < MAX_PINS)
             .then(|| Word((self.0 + 1) & !PREFETCHED | REFERENCED))
     }
     /// Drops one shared pin.
     #[inline]
-    pub fn unpin_shared(self) -> Word {
+    pub(crate) fn unpin_shared(self) -> Word {
         debug_assert!(self.pins() > 0, "unpin of unpinned buffer: {self:?}");
         Word(self.0 - 1)
     }
     /// Exclusive pin of a cached buffer that nobody else holds.
     #[inline]
-    pub fn pin_exclusive(self) -> Option<Word> {
+    pub(crate) fn pin_exclusive(self) -> Option<Word> {
         (self.phase() == Phase::Cached && self.idle())
             .then_some(Word((self.0 | X | REFERENCED) & !PREFETCHED))
     }
     /// Drops the exclusive pin; a writer marks the buffer dirty. Bumps the version so optimistic
     /// readers of the old contents fail validation.
     #[inline]
-    pub fn unpin_exclusive(self, dirty: bool) -> Word {
+    pub(crate) fn unpin_exclusive(self, dirty: bool) -> Word {
         debug_assert!(self.exclusive(), "exclusive unpin without X: {self:?}");
         let w = Word(self.0 & !X | if dirty { DIRTY } else { 0 });
         w.bump()
     }
     /// Marks an exclusively pinned buffer dirty before its unpin.
     #[inline]
-    pub fn mark_dirty(self) -> Word {
+    pub(crate) fn mark_dirty(self) -> Word {
         Word(self.0 | DIRTY)
     }
     /// A plain store hit a clean, write-protected page of a transparent mapping: take X for
@@ -190,7 +191,7 @@ impl Word {
     /// write-back is in flight (its bytes must not change under the IO) or someone holds X.
     /// Shared pins may stay: plain stores are not excluded by them, only pins are.
     #[inline]
-    pub fn begin_enable_write(self) -> Option<Word> {
+    pub(crate) fn begin_enable_write(self) -> Option<Word> {
         (self.phase() == Phase::Cached && !self.exclusive() && !self.writing())
             .then_some(Word(self.0 | X | DIRTY | REFERENCED))
     }
@@ -198,18 +199,18 @@ impl Word {
     /// are not covered by versions (optimistic readers of transparent mappings race with them
     /// as with any plain memory).
     #[inline]
-    pub fn finish_enable_write(self) -> Word {
+    pub(crate) fn finish_enable_write(self) -> Word {
         debug_assert!(self.exclusive());
         Word(self.0 & !X)
     }
     /// Step one of insertion: the single winner of this CAS does the IO.
     #[inline]
-    pub fn begin_load(self) -> Option<Word> {
+    pub(crate) fn begin_load(self) -> Option<Word> {
         (self.phase() == Phase::Evicted && self.idle()).then(|| self.with_phase(Phase::Loading))
     }
     /// Step two of insertion: publish the loaded buffer, optionally pinned for the loader.
     #[inline]
-    pub fn finish_load(self, pin: Pin, prefetched: bool) -> Word {
+    pub(crate) fn finish_load(self, pin: Pin, prefetched: bool) -> Word {
         debug_assert_eq!(self.phase(), Phase::Loading);
         let w = self.with_phase(Phase::Cached);
         let w = match pin {
@@ -225,32 +226,32 @@ impl Word {
     }
     /// The load failed: back to evicted, with a new version.
     #[inline]
-    pub fn abort_load(self) -> Word {
+    pub(crate) fn abort_load(self) -> Word {
         debug_assert_eq!(self.phase(), Phase::Loading);
         self.with_phase(Phase::Evicted).bump()
     }
     /// Claims a clean, idle, cached (or set-aside) buffer for eviction or for setting aside. A
     /// pinned, locked or dirty buffer is refused: eviction is cancelled, never waited for.
     #[inline]
-    pub fn begin_evict(self) -> Option<Word> {
+    pub(crate) fn begin_evict(self) -> Option<Word> {
         (matches!(self.phase(), Phase::Cached | Phase::Aside) && self.idle() && !self.dirty())
             .then(|| self.with_phase(Phase::Evicting))
     }
     /// The buffer is set aside: it waits for a touch or an eviction. Unreferenced: the touch
     /// that restores it sets the bit again.
     #[inline]
-    pub fn finish_aside(self) -> Word {
+    pub(crate) fn finish_aside(self) -> Word {
         debug_assert_eq!(self.phase(), Phase::Evicting);
         Word(self.0 & !(REFERENCED | PREFETCHED)).with_phase(Phase::Aside)
     }
     /// A set-aside buffer was touched: the single winner of this CAS brings it back.
     #[inline]
-    pub fn begin_restore(self) -> Option<Word> {
+    pub(crate) fn begin_restore(self) -> Option<Word> {
         (self.phase() == Phase::Aside && self.idle()).then(|| self.with_phase(Phase::Loading))
     }
     /// The memory is dropped: evicted, flags cleared, new version.
     #[inline]
-    pub fn finish_evict(self) -> Word {
+    pub(crate) fn finish_evict(self) -> Word {
         debug_assert_eq!(self.phase(), Phase::Evicting);
         Word(self.0 & !FLAGS_CLEARED_ON_EVICT)
             .with_phase(Phase::Evicted)
@@ -258,14 +259,14 @@ impl Word {
     }
     /// Undoes a claim whose memory could not be dropped: the data is still there.
     #[inline]
-    pub fn cancel_evict(self) -> Word {
+    pub(crate) fn cancel_evict(self) -> Word {
         debug_assert_eq!(self.phase(), Phase::Evicting);
         self.with_phase(Phase::Cached)
     }
     /// Starts writing a dirty buffer back: holds a shared pin so no writer can change the bytes
     /// under the IO, clears dirty (a failed write sets it again), sets WB.
     #[inline]
-    pub fn begin_writeback(self) -> Option<Word> {
+    pub(crate) fn begin_writeback(self) -> Option<Word> {
         (self.phase() == Phase::Cached
             && self.dirty()
             && !self.exclusive()
@@ -275,25 +276,25 @@ impl Word {
     }
     /// Ends a write-back: drops its pin and WB; a failed write leaves the buffer dirty.
     #[inline]
-    pub fn finish_writeback(self, ok: bool) -> Word {
+    pub(crate) fn finish_writeback(self, ok: bool) -> Word {
         debug_assert!(self.writing() && self.pins() > 0);
         Word((self.0 - 1) & !WRITING | if ok { 0 } else { DIRTY })
     }
     /// Sets the referenced bit of a cached buffer: an access without a pin (`ensure_cached`).
     #[inline]
-    pub fn touch(self) -> Option<Word> {
+    pub(crate) fn touch(self) -> Option<Word> {
         (self.phase() == Phase::Cached && !self.referenced()).then_some(Word(self.0 | REFERENCED))
     }
     /// Clears the referenced bit (CLOCK's second chance).
     #[inline]
-    pub fn clear_referenced(self) -> Word {
+    pub(crate) fn clear_referenced(self) -> Word {
         Word(self.0 & !REFERENCED)
     }
 }
 
 /// What pin the loader keeps when it publishes a buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pin {
+pub(crate) enum Pin {
     None,
     Shared,
     Exclusive,
@@ -305,7 +306,7 @@ const SPINS: u32 = 64;
 
 /// The atomic state word of one buffer.
 #[repr(transparent)]
-pub struct BufferState(AtomicU64);
+pub(crate) struct BufferState(AtomicU64);
 
 impl Default for BufferState {
     fn default() -> Self {
@@ -314,14 +315,14 @@ impl Default for BufferState {
 }
 
 impl BufferState {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         BufferState(AtomicU64::new(0))
     }
 
     /// Starts fetching the word into the CPU cache: for loops that know which words they will
     /// read next (trace replay, a clock sweep) and would otherwise stall on each. Only a hint.
     #[inline]
-    pub fn prefetch(&self) {
+    pub(crate) fn prefetch(&self) {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -332,14 +333,14 @@ impl BufferState {
     }
 
     #[inline]
-    pub fn load(&self) -> Word {
+    pub(crate) fn load(&self) -> Word {
         Word(self.0.load(Ordering::Acquire))
     }
 
     /// Moves from `old` to `new` if the word still equals `old`. Wakes parked waiters when
     /// `old` had some: every successful transition is a change they may be waiting for.
     #[inline]
-    pub fn cas(&self, old: Word, new: Word) -> Result<(), Word> {
+    pub(crate) fn cas(&self, old: Word, new: Word) -> Result<(), Word> {
         let new = new.without_waiters();
         match self
             .0
@@ -357,7 +358,7 @@ impl BufferState {
 
     /// Applies `f` until it refuses (returns `None`) or the CAS succeeds.
     #[inline]
-    pub fn update(&self, mut f: impl FnMut(Word) -> Option<Word>) -> Result<Word, Word> {
+    pub(crate) fn update(&self, mut f: impl FnMut(Word) -> Option<Word>) -> Result<Word, Word> {
         let mut cur = self.load();
         loop {
             let Some(new) = f(cur) else { return Err(cur) };
@@ -381,7 +382,7 @@ impl BufferState {
     /// wait, which they handle anyway. Returns the word before the pin; the referenced bit is
     /// set and the prefetched bit cleared afterwards, by the rare pin that finds them stale.
     #[inline]
-    pub fn pin_shared_fast(&self) -> Option<Word> {
+    pub(crate) fn pin_shared_fast(&self) -> Option<Word> {
         let old = Word(self.0.fetch_add(1, Ordering::Acquire));
         if old.phase() == Phase::Cached && !old.exclusive() && old.pins() < FAST_PIN_LIMIT {
             if !old.referenced() {
@@ -403,13 +404,13 @@ impl BufferState {
     /// Clears the prefetched bit; returns whether it was set (this caller has the first use
     /// of a prefetched buffer). For readers that use a buffer without pinning it.
     #[inline]
-    pub fn take_prefetched(&self) -> bool {
+    pub(crate) fn take_prefetched(&self) -> bool {
         Word(self.0.fetch_and(!PREFETCHED, Ordering::Relaxed)).prefetched()
     }
 
     /// Drops a shared pin with one atomic subtraction (the hit path's unpin).
     #[inline]
-    pub fn unpin_shared(&self) {
+    pub(crate) fn unpin_shared(&self) {
         let old = Word(self.0.fetch_sub(1, Ordering::Release));
         debug_assert!(old.pins() > 0, "unpin of unpinned buffer: {old:?}");
         if old.has_waiters() {
@@ -419,7 +420,7 @@ impl BufferState {
     }
 
     /// Waits until the word is no longer `seen`: spins briefly, then parks on this word alone.
-    pub fn wait_change(&self, seen: Word) {
+    pub(crate) fn wait_change(&self, seen: Word) {
         for i in 0..SPINS {
             if self.load() != seen {
                 return;
@@ -474,6 +475,80 @@ impl BufferState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Moved from tests/protocol_edges.rs (the word's transitions are crate-private). Runs on
+    /// OS threads, so not under the model checker's atomics.
+    #[cfg(not(feature = "shuttle"))]
+    /// `pin_shared_fast` adds 1 to the word unconditionally and only then looks at the pin count.
+    /// With `MAX_PINS` at the field's top (0xFFFE), two racing fast pins on a buffer holding that
+    /// many carried into `X`: the word read "0 pins, exclusively held". `MAX_PINS` now leaves half
+    /// the field as headroom for such adds.
+    #[test]
+    fn fast_pin_blind_adds_never_carry_out_of_the_pin_field_at_max_pins() {
+        use std::panic::{catch_unwind, AssertUnwindSafe};
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        use std::time::{Duration, Instant};
+        {
+            let s = Arc::new(BufferState::new());
+            let cached = Word::EVICTED
+                .begin_load()
+                .unwrap()
+                .finish_load(Pin::None, false);
+            s.cas(Word::EVICTED, cached).unwrap();
+            // MAX_PINS shared pins, each taken through the CAS path as `pin_shared` allows.
+            let mut w = s.load();
+            while let Some(n) = w.pin_shared() {
+                s.cas(w, n).unwrap();
+                w = n;
+            }
+            assert_eq!(s.load().pins(), MAX_PINS);
+
+            let stop = Arc::new(AtomicBool::new(false));
+            let carried = Arc::new(AtomicU64::new(0));
+            let asserts = Arc::new(AtomicU64::new(0));
+            let pinners: Vec<_> = (0..4)
+                .map(|_| {
+                    let (s, stop, asserts) = (s.clone(), stop.clone(), asserts.clone());
+                    std::thread::spawn(move || {
+                        while !stop.load(Ordering::Relaxed) {
+                            // Refused (over FAST_PIN_LIMIT) and undone at once.
+                            match catch_unwind(AssertUnwindSafe(|| s.pin_shared_fast())) {
+                                Ok(r) => assert!(r.is_none(), "fast pin over the limit succeeded"),
+                                Err(_) => {
+                                    asserts.fetch_add(1, Ordering::Relaxed);
+                                    stop.store(true, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                    })
+                })
+                .collect();
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(10) && carried.load(Ordering::Relaxed) == 0 {
+                let w = s.load();
+                if w.exclusive() || w.pins() < MAX_PINS {
+                    eprintln!("carried into X: {w:?}");
+                    carried.fetch_add(1, Ordering::Relaxed);
+                }
+                if asserts.load(Ordering::Relaxed) > 0 {
+                    break;
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            pinners.into_iter().for_each(|t| t.join().unwrap());
+            // Once the transient adds are gone the count is whole again.
+            let end = s.load();
+            assert_eq!((end.pins(), end.exclusive()), (MAX_PINS, false));
+            assert!(
+                carried.load(Ordering::Relaxed) == 0 && asserts.load(Ordering::Relaxed) == 0,
+                "concurrent fast-pin adds carried out of the pin field into X: seen {} times, \
+                 'unpin of unpinned buffer' asserted {} times",
+                carried.load(Ordering::Relaxed),
+                asserts.load(Ordering::Relaxed)
+            );
+        }
+    }
 
     #[test]
     fn load_publish_pin_unpin() {

@@ -13,9 +13,14 @@ use crossbeam_utils::CachePadded;
 const SHARDS: usize = 64;
 /// Shards shared, with atomic adds, by the threads after those.
 const SHARED_SHARDS: usize = 16;
-/// Miss latency buckets: bucket i holds latencies in [2^i, 2^(i+1)) ns; the last also holds
-/// everything above 2 s.
-pub const LATENCY_BUCKETS: usize = 32;
+/// [`StatsSnapshot::LATENCY_BUCKETS`].
+pub(crate) const LATENCY_BUCKETS: usize = 32;
+
+impl StatsSnapshot {
+    /// Miss latency buckets (`miss_latency.len()`): bucket i holds latencies in
+    /// [2^i, 2^(i+1)) ns; the last also holds everything above 2 s.
+    pub const LATENCY_BUCKETS: usize = LATENCY_BUCKETS;
+}
 
 macro_rules! counters {
     ($($name:ident: $doc:literal),* $(,)?) => {

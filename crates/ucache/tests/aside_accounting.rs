@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use ucache::state::Phase;
 use ucache::store::{FaultStore, MemoryStore};
+use ucache::Phase;
 use ucache::{Cache, CacheOptions, FaultHandling, MapOptions};
 
 mod common;

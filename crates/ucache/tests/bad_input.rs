@@ -99,14 +99,47 @@ fn missing_object_is_not_found() {
 }
 
 /// A mapping that would create its object but not write it is refused before anything is
-/// created (it used to create the object and then fail as beyond the object's end).
+/// created (it used to create the object and then fail as beyond the object's end): whether
+/// `writable(false)` is said or left as the default, in either order, and the message says
+/// what to add.
 #[test]
 fn create_without_write_is_refused_before_creating() {
     let store = MemoryStore::new();
-    let o = MapOptions::new().create(true).writable(false);
-    let r = cache().map(Arc::new(store.clone()), "new", o);
+    let tries = [
+        ("default", MapOptions::new().create(true).len(4 * BS as u64)),
+        (
+            "after",
+            MapOptions::new()
+                .create(true)
+                .writable(false)
+                .len(4 * BS as u64),
+        ),
+        (
+            "before",
+            MapOptions::new()
+                .writable(false)
+                .create(true)
+                .len(4 * BS as u64),
+        ),
+    ];
+    for (name, o) in tries {
+        let r = cache().map(Arc::new(store.clone()), name, o);
+        match r {
+            Err(Error::BadArgument(ref why)) => {
+                assert!(why.contains("`create` needs `writable`"), "{name}: {why}")
+            }
+            _ => panic!("{name}: {r:?}"),
+        }
+        assert!(store.get(name).is_none(), "{name}: nothing was created");
+    }
+    // Even on an object that exists: `create` never makes a mapping writable by itself.
+    store.insert("old", vec![7; 2 * BS]);
+    let r = cache().map(
+        Arc::new(store.clone()),
+        "old",
+        MapOptions::new().create(true),
+    );
     assert!(matches!(r, Err(Error::BadArgument(_))), "{r:?}");
-    assert!(store.get("new").is_none(), "nothing was created");
 }
 
 /// A mapping that would create its object is refused for its length before anything is
@@ -117,11 +150,15 @@ fn a_create_refused_for_its_length_creates_nothing() {
     let store = MemoryStore::new();
     let c = cache();
     let tries = [
-        ("none", MapOptions::new().create(true)),
-        ("partial", MapOptions::new().create(true).len(100)),
+        ("none", MapOptions::new().writable(true).create(true)),
+        (
+            "partial",
+            MapOptions::new().writable(true).create(true).len(100),
+        ),
         (
             "overflow",
             MapOptions::new()
+                .writable(true)
                 .create(true)
                 .offset(4096)
                 .len(u64::MAX - 4095),
@@ -141,35 +178,50 @@ fn a_create_refused_for_its_length_creates_nothing() {
         .map(
             Arc::new(store.clone()),
             "old",
-            MapOptions::new().create(true),
+            MapOptions::new().writable(true).create(true),
         )
         .unwrap();
     assert_eq!(m.len(), 2 * BS as u64);
 }
 
-/// `writable(false)` is refused with `create(true)` in either order, and taking `create` back
-/// takes back the write access it implied, while an explicit `writable(true)` stays.
+/// `writable` and `create` are plain booleans: the last call of each wins, `writable`
+/// defaults to false, and `create` never changes whether a mapping is writable.
 #[test]
-fn create_and_writable_compose_in_any_order() {
-    let store = MemoryStore::new();
-    let o = MapOptions::new().writable(false).create(true);
-    let r = cache().map(Arc::new(store.clone()), "new", o);
-    assert!(matches!(r, Err(Error::BadArgument(_))), "{r:?}");
-    assert!(store.get("new").is_none(), "nothing was created");
-
+fn create_and_writable_are_plain_booleans() {
     let c = cache();
     let s = Arc::new(store_with("o", 4 * BS));
+    let m = c.map(s.clone(), "o", MapOptions::new()).unwrap();
+    assert!(!m.is_writable(), "read-only by default");
     let m = c
         .map(s.clone(), "o", MapOptions::new().create(true).create(false))
         .unwrap();
     assert!(
         !m.is_writable(),
-        "create(false) takes back what create(true) implied"
+        "create(false) after create(true) maps read-only"
     );
     let m = c
-        .map(s, "o", MapOptions::new().writable(true).create(false))
+        .map(
+            s.clone(),
+            "o",
+            MapOptions::new().writable(true).create(false),
+        )
         .unwrap();
     assert!(m.is_writable(), "an explicit writable(true) stays");
+    let m = c
+        .map(
+            s.clone(),
+            "o",
+            MapOptions::new().writable(true).writable(false),
+        )
+        .unwrap();
+    assert!(!m.is_writable(), "the last writable() wins");
+    let m = c
+        .map(s, "o", MapOptions::new().create(true).writable(true))
+        .unwrap();
+    assert!(
+        m.is_writable(),
+        "create then writable, in that order, is fine"
+    );
 }
 
 /// With the default batch, counted in bytes, a bad buffer size is refused before the batch is
@@ -420,7 +472,7 @@ fn failed_and_short_prefetch_runs_are_settled_buffer_by_buffer() {
             || c.stats(),
         );
         // Every buffer is out of Loading once its run is settled.
-        while (0..32).any(|i| m.state(i).unwrap().phase() == ucache::state::Phase::Loading) {
+        while (0..32).any(|i| m.state(i).unwrap().phase() == ucache::Phase::Loading) {
             std::thread::yield_now();
         }
     };
@@ -433,7 +485,7 @@ fn failed_and_short_prefetch_runs_are_settled_buffer_by_buffer() {
     m.prefetch(0, 32 * BS as u64).unwrap();
     settled(32 + 16, 16);
     let cached: Vec<u64> = (0..32)
-        .filter(|&i| m.state(i).unwrap().phase() == ucache::state::Phase::Cached)
+        .filter(|&i| m.state(i).unwrap().phase() == ucache::Phase::Cached)
         .collect();
     assert_eq!(
         cached,

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ucache::policy::{Buffers, Clock, GlobalPolicy, Layout, MappingUsage, Policy};
-use ucache::state::Phase;
+use ucache::Phase;
 use ucache::{Cache, CacheOptions, MapOptions};
 
 mod common;

@@ -24,7 +24,10 @@ fn child(path: &Path) -> ! {
         .map(
             Arc::new(FileStore::direct()),
             path.to_str().unwrap(),
-            MapOptions::new().create(true).len(BUFFERS * BS as u64),
+            MapOptions::new()
+                .writable(true)
+                .create(true)
+                .len(BUFFERS * BS as u64),
         )
         .unwrap();
     for i in 0..BUFFERS {

@@ -253,11 +253,7 @@ fn assert_kept(m: &Mapping, what: &str) {
             w.dirty() || w.writing(),
             "{what}: buffer {i} lost its dirty bit: {w:?}"
         );
-        assert_eq!(
-            w.phase(),
-            ucache::state::Phase::Cached,
-            "{what}: buffer {i}"
-        );
+        assert_eq!(w.phase(), ucache::Phase::Cached, "{what}: buffer {i}");
     }
 }
 

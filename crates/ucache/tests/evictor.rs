@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use ucache::policy::{Buffers, Clock, Layout, Policy};
 use ucache::store::MemoryStore;
-use ucache::{Cache, CacheOptions, MapOptions, BACKGROUND_EVICTION_BATCHES};
+use ucache::{Cache, CacheOptions, MapOptions};
 
 const BS: usize = 4096;
 
@@ -76,7 +76,7 @@ fn the_evictor_frees_room_ahead_and_ends_with_its_cache() {
     m.unmap().unwrap();
 
     // Switched off: the same.
-    let budget = 4 * BACKGROUND_EVICTION_BATCHES;
+    let budget = 4 * CacheOptions::BACKGROUND_EVICTION_BATCHES;
     let off = Cache::new(
         CacheOptions::new(budget * BS as u64)
             .batch(1)

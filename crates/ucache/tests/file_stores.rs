@@ -68,7 +68,7 @@ fn random_reads_out_of_memory_match_the_file() {
         m.ensure_cached_buffers(&idx).unwrap();
         let cached = idx
             .iter()
-            .filter(|&&i| m.state(i).unwrap().phase() == ucache::state::Phase::Cached)
+            .filter(|&&i| m.state(i).unwrap().phase() == ucache::Phase::Cached)
             .count();
         assert!(
             cached >= 60,
@@ -284,10 +284,8 @@ fn pin_each_callback_panic_settles_the_reads_in_flight() {
             for i in 0..8 {
                 let w = m.state(i).unwrap();
                 assert!(
-                    matches!(
-                        w.phase(),
-                        ucache::state::Phase::Cached | ucache::state::Phase::Evicted
-                    ) && w.pins() == 0,
+                    matches!(w.phase(), ucache::Phase::Cached | ucache::Phase::Evicted)
+                        && w.pins() == 0,
                     "{name}: buffer {i} left {w:?}"
                 );
                 assert_eq!(m.pin_shared(i).unwrap()[..8], (i * BS as u64).to_le_bytes());
@@ -362,7 +360,10 @@ fn create_makes_new_files_and_symlink_targets() {
                 .map(
                     store.clone(),
                     path.to_str().unwrap(),
-                    MapOptions::new().create(true).len(4 * BS as u64),
+                    MapOptions::new()
+                        .writable(true)
+                        .create(true)
+                        .len(4 * BS as u64),
                 )
                 .unwrap_or_else(|e| panic!("{name}: {}: {e}", path.display()));
             m.pin_exclusive(0).unwrap()[..5].copy_from_slice(b"hello");

@@ -51,7 +51,7 @@ fn each_mapping_counts_its_own_events_and_they_sum_to_the_cache() {
     assert_eq!(
         a.stats(),
         StatsSnapshot {
-            miss_latency: vec![0; ucache::LATENCY_BUCKETS],
+            miss_latency: vec![0; ucache::StatsSnapshot::LATENCY_BUCKETS],
             ..Default::default()
         }
     );

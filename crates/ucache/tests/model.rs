@@ -326,10 +326,7 @@ fn a_failed_load_with_waiters_strands_nothing() {
         recovery.join().unwrap();
         let phase = m.state(1).unwrap().phase();
         assert!(
-            matches!(
-                phase,
-                ucache::state::Phase::Cached | ucache::state::Phase::Evicted
-            ),
+            matches!(phase, ucache::Phase::Cached | ucache::Phase::Evicted),
             "{phase:?}"
         );
         assert_eq!(cache.used(), m.resident() * BS as u64);

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use ucache::policy::{policy_by_name, Buffers, Clock, Hint, Layout, Policy, POLICY_NAMES};
-use ucache::state::Phase;
 use ucache::store::MemoryStore;
+use ucache::Phase;
 use ucache::{Cache, CacheOptions, MapOptions};
 
 const BS: usize = 4096;

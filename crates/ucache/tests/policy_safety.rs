@@ -198,7 +198,7 @@ fn veto_survives_a_panic_elsewhere_in_the_policy() {
     assert!(cache.stats().evictions > 200);
     assert_eq!(
         m.state(0).unwrap().phase(),
-        ucache::state::Phase::Cached,
+        ucache::Phase::Cached,
         "the vetoed buffer was evicted"
     );
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ucache::policy::{Buffers, GlobalPolicy, Layout, MappingUsage, Policy, ProportionalGlobal};
-use ucache::state::Phase;
 use ucache::store::MemoryStore;
+use ucache::Phase;
 use ucache::{Cache, CacheOptions, MapOptions, Mapping};
 
 const BS: usize = 4096;

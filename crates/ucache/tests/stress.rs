@@ -51,7 +51,7 @@ fn stress_every_byte_verified() {
 #[test]
 fn stress_every_byte_verified_with_the_background_evictor() {
     let batch = 4;
-    assert!(BUDGET_BUFFERS / batch as u64 >= ucache::BACKGROUND_EVICTION_BATCHES);
+    assert!(BUDGET_BUFFERS / batch as u64 >= ucache::CacheOptions::BACKGROUND_EVICTION_BATCHES);
     let cache = Cache::new(CacheOptions::new(BUDGET_BUFFERS * BS as u64).batch(batch)).unwrap();
     stress(
         &cache,

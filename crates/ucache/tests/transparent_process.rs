@@ -181,7 +181,7 @@ fn batched_load_without_staging_memory_gives_its_buffers_back() {
         // Checked without panicking: unwinding would drop the mapping, whose unmap waits for
         // buffers stuck in `Loading` forever.
         let stuck: Vec<u64> = (0..m.buffers())
-            .filter(|&i| m.state(i).unwrap().phase() != ucache::state::Phase::Evicted)
+            .filter(|&i| m.state(i).unwrap().phase() != ucache::Phase::Evicted)
             .collect();
         if !stuck.is_empty() || cache.used() != 0 {
             println!("stuck {stuck:?}, {} bytes of budget kept", cache.used());
@@ -441,6 +441,7 @@ fn msynced_plain_stores_survive_sigkill() {
                     Arc::new(FileStore::direct()),
                     &path,
                     MapOptions::new()
+                        .writable(true)
                         .create(true)
                         .transparent(true)
                         .len(N * BS as u64),

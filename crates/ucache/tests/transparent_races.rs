@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ucache::state::Phase;
 use ucache::store::MemoryStore;
+use ucache::Phase;
 use ucache::{Cache, CacheOptions, MapOptions};
 
 mod common;

@@ -108,7 +108,7 @@ fn run_batch(bs: usize, budget_buffers: u64, batch: usize, seconds: u64, handlin
         st.set_aside > 0 && st.restores > 0,
         "clean buffers went aside and came back under the same load: {st:?}"
     );
-    let ahead = budget_buffers / batch as u64 >= ucache::BACKGROUND_EVICTION_BATCHES;
+    let ahead = budget_buffers / batch as u64 >= ucache::CacheOptions::BACKGROUND_EVICTION_BATCHES;
     assert_eq!(st.evictions_ahead > 0, ahead, "{st:?}");
     eprintln!("bs {bs}: {st:?}");
 }

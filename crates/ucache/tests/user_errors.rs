@@ -148,7 +148,7 @@ fn creating_in_a_missing_directory_names_the_directory() {
         let r = c.map(
             Arc::new(store),
             name,
-            MapOptions::new().create(true).len(1 << 20),
+            MapOptions::new().writable(true).create(true).len(1 << 20),
         );
         match r {
             Err(e @ Error::DirectoryNotFound { .. }) => {
@@ -164,7 +164,10 @@ fn creating_in_a_missing_directory_names_the_directory() {
         }
     }
     // Without `create`, and without a length, the directory is still what is missing.
-    for o in [MapOptions::new(), MapOptions::new().create(true)] {
+    for o in [
+        MapOptions::new(),
+        MapOptions::new().writable(true).create(true),
+    ] {
         let r = c.map(Arc::new(FileStore::new()), name, o);
         assert!(
             matches!(&r, Err(Error::DirectoryNotFound { directory, object })
@@ -193,7 +196,7 @@ fn a_missing_file_in_an_existing_directory_is_not_found() {
     let r = c.map(
         Arc::new(FileStore::new()),
         name,
-        MapOptions::new().create(true),
+        MapOptions::new().writable(true).create(true),
     );
     match r {
         Err(e @ Error::BadLength { len: 0, .. }) => assert_eq!(
@@ -207,7 +210,7 @@ fn a_missing_file_in_an_existing_directory_is_not_found() {
         .map(
             Arc::new(FileStore::new()),
             name,
-            MapOptions::new().create(true).len(1 << 20),
+            MapOptions::new().writable(true).create(true).len(1 << 20),
         )
         .unwrap();
     assert_eq!(m.len(), 1 << 20);

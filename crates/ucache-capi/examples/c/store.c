@@ -152,6 +152,11 @@ int main(void) {
     OK(ucache_map_options_init(&mo));
     mo.create = true;
     mo.len = BUFFERS * BS;
+    /* Creating needs `writable` too: refused, with a message, and nothing is created. */
+    FAILS(UCACHE_ERR_BAD_ARGUMENT, ucache_map(cache, store, "table", &mo, &m));
+    CHECK(strstr(ucache_last_error(), "writable") != NULL);
+    CHECK(the_store.count == 0);
+    mo.writable = true;
     OK(ucache_map(cache, store, "table", &mo, &m));
     CHECK(the_store.count == 1 && the_store.objects[0].len == BUFFERS * BS);
 
@@ -187,6 +192,7 @@ int main(void) {
 
     /* A store's user data goes once the handle is freed and no mapping holds the store. */
     mo.create = false;
+    mo.writable = false;
     mo.len = 0;
     OK(ucache_map(cache, store, "table", &mo, &m));
     OK(ucache_store_free(store));

@@ -82,7 +82,7 @@ pub struct BenchArgs {
     pub prefetch_depth: usize,
     /// ucache systems: buffers evicted per batch (`CacheOptions::batch`): larger batches
     /// spread one `process_madvise` and its TLB shootdown over more misses [default: the
-    /// library's, 256 KiB of buffers (`ucache::DEFAULT_BATCH_BYTES`)].
+    /// library's, 256 KiB of buffers (`ucache::CacheOptions::DEFAULT_BATCH_BYTES`)].
     #[arg(long)]
     pub eviction_batch: Option<usize>,
     /// ucache systems: switch the background evictor off
@@ -192,7 +192,7 @@ impl BenchArgs {
         }
         if self
             .eviction_batch
-            .is_some_and(|b| !(1..=ucache::MAX_BATCH).contains(&b))
+            .is_some_and(|b| !(1..=ucache::CacheOptions::MAX_BATCH).contains(&b))
         {
             return Err("--eviction-batch must be between 1 and 1024".into());
         }
@@ -412,7 +412,7 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
         "prefetch_depth": args.prefetch_depth,
         // A count of buffers, or the library's default in bytes.
         "eviction_batch": args.eviction_batch.map_or_else(
-            || json!(format!("{} bytes", ucache::DEFAULT_BATCH_BYTES)),
+            || json!(format!("{} bytes", ucache::CacheOptions::DEFAULT_BATCH_BYTES)),
             |b| json!(b)
         ),
         "background_eviction": !args.no_background_eviction,

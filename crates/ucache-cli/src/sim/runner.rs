@@ -97,7 +97,7 @@ pub fn replay_policy(
     }
     let cpu = thread_cpu() - t0;
     let s = sim.stats();
-    if sim.policy().is_broken() {
+    if sim.policy_broken() {
         return Err(format!(
             "policy '{}' panicked during the replay",
             job.policy

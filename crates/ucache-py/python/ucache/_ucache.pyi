@@ -34,7 +34,7 @@ class Cache:
         path: str | PathLike[str],
         *,
         buffer_size: Size | None = None,
-        writable: bool | None = None,
+        writable: bool = False,
         create: bool = False,
         length: Size | None = None,
         offset: int = 0,
@@ -55,7 +55,8 @@ class Cache:
 
         `buffer_size`: a power of two from 4 KiB (default for files; 1 MiB for S3; the fsspec
         filesystem picks its own, see `ucache.filesystem`). `writable`
-        (default: as `create`); `create` makes a missing object of `length` bytes. A writable
+        (default False); `create` makes a missing object of `length` bytes and needs
+        ``writable=True`` (``create=True`` alone raises :class:`InvalidArgument`). A writable
         S3 mapping is a key prefix of chunk objects. `transparent`: the mapping's memory is
         usable directly (buffer protocol); `readahead` applies to transparent mappings with the
         default policy. `policy`: one of :data:`POLICY_NAMES` (default clock), optionally with

@@ -29,8 +29,7 @@ pub struct MapOptions {
     pub(super) buffer_size: usize,
     pub(super) offset: u64,
     pub(super) len: Option<u64>,
-    /// `None` until `writable` is called: then a mapping is writable exactly when it creates.
-    pub(super) writable: Option<bool>,
+    pub(super) writable: bool,
     pub(super) create: bool,
     pub(super) policy: Option<Box<dyn Policy>>,
     pub(super) transparent: bool,
@@ -49,7 +48,7 @@ impl Default for MapOptions {
             buffer_size: MIN_BUFFER,
             offset: 0,
             len: None,
-            writable: None,
+            writable: false,
             create: false,
             policy: None,
             transparent: false,
@@ -86,24 +85,33 @@ impl MapOptions {
         self.len = Some(len);
         self
     }
-    /// Allow exclusive pins, dirty buffers and write-back.
+    /// Allow exclusive pins, dirty buffers and write-back (default `false`: read-only).
     pub fn writable(mut self, writable: bool) -> Self {
-        self.writable = Some(writable);
+        self.writable = writable;
         self
     }
-    /// Create the object if it does not exist (implies writable unless `writable` says
-    /// otherwise; `writable(false)` with `create(true)`, in either order, is refused at `map`
-    /// with [`crate::Error::BadArgument`], before anything is created). A new object is empty,
-    /// so it takes a [`MapOptions::len`]; without one, a missing object is refused with
+    /// Create the object if it does not exist (default `false`). Creating needs
+    /// `writable(true)` as well: `create(true)` alone is refused at `map` with
+    /// [`crate::Error::BadArgument`] before anything is created, rather than making the
+    /// mapping writable behind the caller's back. A new object is empty, so it takes a
+    /// [`MapOptions::len`]; without one, a missing object is refused with
     /// [`crate::Error::BadLength`] and not created.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ucache::{Cache, CacheOptions, Error, MapOptions, store::MemoryStore};
+    /// let store = Arc::new(MemoryStore::new());
+    /// let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
+    /// let refused = cache.map(store.clone(), "new", MapOptions::new().create(true).len(4096));
+    /// assert!(matches!(refused, Err(Error::BadArgument(_))));
+    /// assert!(store.get("new").is_none(), "nothing was created");
+    /// let opts = MapOptions::new().writable(true).create(true).len(4096);
+    /// let map = cache.map(store.clone(), "new", opts).unwrap();
+    /// assert!(map.is_writable());
+    /// ```
     pub fn create(mut self, create: bool) -> Self {
         self.create = create;
         self
-    }
-
-    /// Whether the mapping takes writes: as `writable` said, or else as `create` said.
-    pub(super) fn is_writable(&self) -> bool {
-        self.writable.unwrap_or(self.create)
     }
     /// The eviction and prefetch policy of this mapping (default [`Clock`](crate::policy::Clock)).
     pub fn policy(mut self, policy: Box<dyn Policy>) -> Self {

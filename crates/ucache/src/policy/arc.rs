@@ -214,7 +214,7 @@ mod tests {
 
     fn lists(sim: &Simulator) -> [Vec<u64>; 4] {
         // Front (MRU) first, as the paper draws them.
-        let p = sim.policy().policy() as *const dyn Policy as *const ArcPolicy;
+        let p = sim.policy() as *const dyn Policy as *const ArcPolicy;
         // SAFETY: the simulator was built from an `ArcPolicy` in these tests.
         let l = unsafe { &*p }.lists();
         let f = |x: &IndexList| {
@@ -226,7 +226,7 @@ mod tests {
     }
 
     fn target(sim: &Simulator) -> u64 {
-        let p = sim.policy().policy() as *const dyn Policy as *const ArcPolicy;
+        let p = sim.policy() as *const dyn Policy as *const ArcPolicy;
         // SAFETY: as above.
         unsafe { &*p }.target()
     }

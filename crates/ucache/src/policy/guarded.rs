@@ -24,7 +24,7 @@ fn hook<R>(f: AssertUnwindSafe<impl FnOnce() -> R>) -> std::thread::Result<R> {
     std::panic::catch_unwind(f)
 }
 
-pub struct Guarded {
+pub(crate) struct Guarded {
     policy: Box<dyn Policy>,
     broken: AtomicBool,
     fallback: Fallback,
@@ -178,7 +178,7 @@ impl Guarded {
 /// policy that panics is switched off for the rest of the cache's life, and the cache goes on
 /// with [`ProportionalGlobal`] and the plain budget test. Its hooks run inside `reserve`, while
 /// the caller holds a buffer it claimed for loading: an unwind there would strand it.
-pub struct GuardedGlobal {
+pub(crate) struct GuardedGlobal {
     policy: Arc<dyn GlobalPolicy>,
     broken: AtomicBool,
 }

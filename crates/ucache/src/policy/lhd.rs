@@ -320,7 +320,7 @@ mod tests {
     fn density_is_computed_from_the_histograms() {
         let mut sim = Simulator::new(Box::new(Lhd::new()), 16, 4);
         sim.access(0);
-        let p = sim.policy().policy() as *const dyn Policy as *const Lhd;
+        let p = sim.policy() as *const dyn Policy as *const Lhd;
         // SAFETY: built from an `Lhd` above.
         let mut st = unsafe { &*p }.st();
         st.hits = [[0.0; AGES]; CLASSES];

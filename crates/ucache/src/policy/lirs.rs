@@ -320,7 +320,7 @@ mod tests {
     use crate::policy::Simulator;
 
     fn view(sim: &Simulator) -> (Vec<u64>, Vec<u64>, Vec<u64>) {
-        let p = sim.policy().policy() as *const dyn Policy as *const Lirs;
+        let p = sim.policy() as *const dyn Policy as *const Lirs;
         // SAFETY: the simulator was built from a `Lirs` in these tests.
         let st = unsafe { &*p }.st();
         let top_first = |l: &IndexList| {

@@ -157,7 +157,7 @@ mod tests {
     use crate::policy::Simulator;
 
     fn mglru(sim: &Simulator) -> &Mglru {
-        let p = sim.policy().policy() as *const dyn Policy as *const Mglru;
+        let p = sim.policy() as *const dyn Policy as *const Mglru;
         // SAFETY: the simulator was built from an `Mglru` in these tests.
         unsafe { &*p }
     }

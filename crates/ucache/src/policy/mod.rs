@@ -65,7 +65,7 @@ pub use fallback::Fallback;
 pub use fifo::Fifo;
 pub use get_scan::GetScan;
 pub use global::{MappingUsage, ProportionalGlobal};
-pub use guarded::{Guarded, GuardedGlobal};
+pub(crate) use guarded::{Guarded, GuardedGlobal};
 pub use hint::Hint;
 pub use lfu::{Lfu, LfuConfig};
 pub use lhd::Lhd;
@@ -125,8 +125,8 @@ impl<'a> Buffers<'a> {
         self.states[index as usize].load()
     }
 
-    /// Hints that the state word of `index` will be read soon (see [`BufferState::prefetch`]);
-    /// out-of-range indices are ignored.
+    /// Hints that the state word of `index` will be read soon (a CPU prefetch of its cache
+    /// line); out-of-range indices are ignored.
     #[inline]
     pub fn prefetch(&self, index: u64) {
         if let Some(s) = self.states.get(index as usize) {

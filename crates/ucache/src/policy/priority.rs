@@ -84,7 +84,7 @@ impl Inner {
 /// for i in 0..64 {
 ///     drop(m.pin_shared(i).unwrap());
 /// }
-/// assert!(m.state(0).unwrap().phase() == ucache::state::Phase::Cached);
+/// assert!(m.state(0).unwrap().phase() == ucache::Phase::Cached);
 /// ```
 #[derive(Default)]
 pub struct Priority {

@@ -94,9 +94,15 @@ impl Simulator {
         self.stats
     }
 
-    /// The policy and the manager's guard around it (whether it was switched off).
-    pub fn policy(&self) -> &Guarded {
-        &self.policy
+    /// The policy under simulation.
+    pub fn policy(&self) -> &dyn Policy {
+        self.policy.policy()
+    }
+
+    /// Whether the policy was switched off for panicking in a hook (the manager's guard then
+    /// goes on with its fallback sweep, as a live mapping does).
+    pub fn policy_broken(&self) -> bool {
+        self.policy.is_broken()
     }
 
     /// Buffers resident now.
@@ -432,7 +438,7 @@ mod tests {
         sim.access(0);
         sim.access(0);
         sim.access(1);
-        let p = sim.policy().policy() as *const dyn Policy as *const MissOrder;
+        let p = sim.policy() as *const dyn Policy as *const MissOrder;
         // SAFETY: built from a `MissOrder` above.
         let log = unsafe { &*p }.log.lock().unwrap().clone();
         assert_eq!(log, vec![('m', 0), ('i', 0), ('m', 1), ('e', 0), ('i', 1)]);

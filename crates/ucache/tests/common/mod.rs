@@ -130,6 +130,6 @@ pub fn words(m: &ucache::Mapping) -> &[std::sync::atomic::AtomicU64] {
 
 /// Buffer `i`'s phase now.
 #[allow(dead_code)] // not every test binary that shares this module uses it
-pub fn phase(m: &ucache::Mapping, i: u64) -> ucache::state::Phase {
+pub fn phase(m: &ucache::Mapping, i: u64) -> ucache::Phase {
     m.state(i).unwrap().phase()
 }

@@ -395,7 +395,10 @@ impl Soak<'_> {
                 .map(
                     store,
                     &object,
-                    MapOptions::new().create(true).len(BUFFERS * BS as u64),
+                    MapOptions::new()
+                        .writable(true)
+                        .create(true)
+                        .len(BUFFERS * BS as u64),
                 )
                 .unwrap_or_else(|e| panic!("{label}: reopen after cycle {cycle}: {e}"));
             let mut problems = Vec::new();
@@ -519,7 +522,10 @@ fn child(soak: &Soak<'_>) -> ! {
         .map(
             killer,
             &object,
-            MapOptions::new().create(true).len(BUFFERS * BS as u64),
+            MapOptions::new()
+                .writable(true)
+                .create(true)
+                .len(BUFFERS * BS as u64),
         )
         .unwrap_or_else(|e| panic!("child: map {object}: {e}"));
     let m = Arc::new(m);
