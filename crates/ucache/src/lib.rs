@@ -41,8 +41,10 @@ mod uffd;
 // A cache and how it is built (its tuning constants are associated constants of
 // `CacheOptions`).
 pub use cache::{Cache, CacheOptions};
-// A mapping: how it is made, the handle, what `unmap` reports, its hook.
-pub use mapping::{BeforeWriteback, MapOptions, Mapping, OptimisticRead, Placement, UnmapError};
+// A mapping: how it is made, the handle, what `unmap` reports, its iterator and hook.
+pub use mapping::{
+    BeforeWriteback, Landing, MapOptions, Mapping, OptimisticRead, Placement, UnmapError,
+};
 // Access to buffers: pins, optimistic views.
 pub use guard::{ExclusiveGuard, OptimisticView, SharedGuard};
 // Transparent mappings: what a fault that cannot be served does.

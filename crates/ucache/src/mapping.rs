@@ -11,6 +11,7 @@
 //! | pin (miss) | `Evicted` →[one winner] `Loading` →(read)→ `Cached`+pin; losers wait on the word | `pin.rs`, via `claim.rs` (the claim guard) and `home.rs` (where the bytes go) |
 //! | unpin | pins−1, or X cleared (+dirty, version+1) | `guard.rs` |
 //! | batched load, prefetch | as a miss, many buffers claimed before one store batch | `batch.rs`, `stream.rs` |
+//! | landing iterator | as a prefetch (claims read on the IO threads), then a pin per item | `landing.rs` |
 //! | transparent fault | a miss without a pin; a first store sets dirty and lifts write protection | `fault.rs` |
 //! | evict | `Cached` idle →(CAS) `Evicting` →(madvise batch)→ `Evicted` (version+1) | `evict.rs` |
 //! | evict dirty | `Cached` dirty →(CAS) write-back (pin+1, WB) →(write batch)→ then as evict | `evict.rs` |
@@ -49,6 +50,7 @@ mod fault;
 mod handle;
 mod home;
 mod hooks;
+mod landing;
 mod lists;
 mod options;
 mod pin;
@@ -63,6 +65,7 @@ use aside::AsidePool;
 pub use handle::{Mapping, UnmapError};
 use home::Home;
 pub use hooks::BeforeWriteback;
+pub use landing::Landing;
 pub use options::{MapOptions, Placement};
 pub use upgrade::OptimisticRead;
 

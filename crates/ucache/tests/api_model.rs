@@ -461,6 +461,7 @@ enum Nested {
     OptimisticSame,
     ReadSame,
     PinEachSame,
+    LandingSame,
     MsyncAll,
     EvictAll,
     EnsureSame,
@@ -496,6 +497,7 @@ enum ReadKind {
     Read(Rg),
     Ensure(Rg),
     PinEach(u64, u64),
+    Landing(u64, u64),
     Prefetch(Rg),
 }
 
@@ -509,6 +511,8 @@ enum Op {
     Ensure(Rg),
     EnsureBuffers(Vec<Ix>),
     PinEach(Vec<Ix>, usize),
+    /// `Mapping::landing(list, depth)`, consuming at most `take` items, then dropped.
+    Landing(Vec<Ix>, usize, usize),
     Prefetch(Rg),
     PrefetchBuffers(Vec<Ix>),
     Evict(Rg),
@@ -581,6 +585,7 @@ fn nested() -> impl Strategy<Value = Nested> {
         Just(Nested::OptimisticSame),
         Just(Nested::ReadSame),
         Just(Nested::PinEachSame),
+        Just(Nested::LandingSame),
         Just(Nested::MsyncAll),
         Just(Nested::EvictAll),
         Just(Nested::EnsureSame),
@@ -611,6 +616,7 @@ fn op() -> impl Strategy<Value = Op> {
         rg().prop_map(ReadKind::Read),
         rg().prop_map(ReadKind::Ensure),
         (any::<u64>(), any::<u64>()).prop_map(|(a, b)| ReadKind::PinEach(a, b)),
+        (any::<u64>(), any::<u64>()).prop_map(|(a, b)| ReadKind::Landing(a, b)),
         rg().prop_map(ReadKind::Prefetch),
     ];
     prop_oneof![
@@ -623,6 +629,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => rg().prop_map(Op::Ensure),
         2 => prop::collection::vec(ix(), 0..6).prop_map(Op::EnsureBuffers),
         3 => (prop::collection::vec(ix(), 0..8), 0usize..5).prop_map(|(v, d)| Op::PinEach(v, d)),
+        3 => (prop::collection::vec(ix(), 0..10), 0usize..5, 0usize..12)
+            .prop_map(|(v, d, t)| Op::Landing(v, d, t)),
         2 => rg().prop_map(Op::Prefetch),
         1 => prop::collection::vec(ix(), 0..6).prop_map(Op::PrefetchBuffers),
         3 => rg().prop_map(Op::Evict),
@@ -1038,6 +1046,10 @@ impl Harness {
                 let idx: Vec<u64> = v.iter().map(|&x| self.index(x)).collect();
                 self.pin_each(&idx, *depth, false, &what);
             }
+            Op::Landing(v, depth, take) => {
+                let idx: Vec<u64> = v.iter().map(|&x| self.index(x)).collect();
+                self.landing(&idx, *depth, *take, false, &what);
+            }
             Op::Prefetch(rg) => {
                 self.range_call(*rg, &what, |m, off, n| m.prefetch(off, n));
             }
@@ -1267,6 +1279,56 @@ impl Harness {
         }
     }
 
+    /// `Mapping::landing`: every item that comes out is a listed index with the model's bytes,
+    /// or a typed error (an index past the end names it and the buffer count; with
+    /// `tolerate_io`, a read failure); consumed to the end, each index comes out as often as
+    /// listed. Depth 0 is refused, loading nothing. Dropped early, nothing stays pinned (the
+    /// later ops' exclusive pins would hang, caught by the watchdog).
+    fn landing(&self, idx: &[u64], depth: usize, take: usize, tolerate_io: bool, what: &str) {
+        let before = self.demand_counters();
+        let it = self.m.landing(idx.iter().copied(), depth);
+        if depth == 0 {
+            self.expect_refused(&it, before, |e| matches!(e, Error::BadArgument(_)), what);
+            return;
+        }
+        let mut want: BTreeMap<u64, usize> = BTreeMap::new();
+        idx.iter().for_each(|&i| *want.entry(i).or_default() += 1);
+        let mut got: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut n = 0;
+        for r in it.unwrap().take(take) {
+            n += 1;
+            let i = match r {
+                Ok(g) => {
+                    let i = g.index();
+                    assert!(
+                        i < self.nbuf && g.len() as u64 == self.valid(i),
+                        "{what}: {i} with {} bytes",
+                        g.len()
+                    );
+                    assert!(&g[..] == self.buf_view(i), "{what}: buffer {i} differs");
+                    i
+                }
+                Err(Error::OutOfRange(Bounds::Buffer { index, buffers })) => {
+                    assert!(index >= self.nbuf && buffers == self.nbuf, "{what}");
+                    index
+                }
+                Err(e) if tolerate_io && is_read_failure(&e) => continue,
+                Err(e) => panic!("{what}: {e:?}"),
+            };
+            *got.entry(i).or_default() += 1;
+        }
+        assert_eq!(n, take.min(idx.len()), "{what}: items that came out");
+        for (i, k) in &got {
+            assert!(
+                want.get(i).is_some_and(|w| w >= k),
+                "{what}: {i} came out {k} times"
+            );
+        }
+        if take >= idx.len() && !tolerate_io {
+            assert_eq!(got, want, "{what}: every index as often as listed");
+        }
+    }
+
     /// `Mapping::write`: within a writable mapping it lands (the model too); past the end it
     /// is refused naming the range, on a read-only mapping with `ReadOnly`, changing nothing.
     fn write_op(&mut self, rg: Rg, byte: u8, what: &str) {
@@ -1433,6 +1495,11 @@ impl Harness {
                 deadlock(m.read(i * self.bs, &mut b), "read")
             }
             Nested::PinEachSame => deadlock(m.pin_each([i], 2, |_, _| ()), "pin_each"),
+            Nested::LandingSame => {
+                let items: Vec<_> = m.landing([i], 2).unwrap().collect();
+                assert_eq!(items.len(), 1, "{what}: landing of the held buffer");
+                deadlock(items.into_iter().next().unwrap().map(drop), "landing");
+            }
             Nested::MsyncAll => {
                 // The buffer may be dirty from before the pin (then the wait is refused) or
                 // clean (then there is nothing to wait for).
@@ -1619,6 +1686,10 @@ impl Harness {
             ReadKind::PinEach(a, b) => {
                 let idx: Vec<u64> = (0..1 + b % 4).map(|k| (a + k * 7) % self.nbuf).collect();
                 self.pin_each(&idx, 1 + (b as usize >> 8) % 4, true, what);
+            }
+            ReadKind::Landing(a, b) => {
+                let idx: Vec<u64> = (0..1 + b % 4).map(|k| (a + k * 7) % self.nbuf).collect();
+                self.landing(&idx, 1 + (b as usize >> 8) % 4, idx.len(), true, what);
             }
             ReadKind::Prefetch(rg) => {
                 let (off, n) = self.range(rg);

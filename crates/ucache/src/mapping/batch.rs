@@ -358,12 +358,7 @@ impl MappingCore {
         // evictor keeps free, or the last runs (or the evictor they wake) would evict the
         // first ones, loaded by then and not yet used.
         let per_job = (PREFETCH_JOB_BYTES >> self.shift).max(1);
-        let room = self
-            .cache
-            .budget_bytes()
-            .saturating_sub(self.cache.evictor().ahead());
-        let budget = (room >> self.shift).max(1);
-        let admitted = &admitted[..admitted.len().min(budget as usize)];
+        let admitted = &admitted[..admitted.len().min(self.window_buffers())];
         for run in admitted.chunks(per_job) {
             let c = self.claim_loads(run, false, None)?;
             if !c.claimed.is_empty() {

@@ -164,6 +164,64 @@ impl Mapping {
         self.core.pin_each(&mut indices.into_iter(), depth, &mut f)
     }
 
+    /// The buffers of `indices` as shared pins, in the order they land: the iterator form of
+    /// [`Mapping::pin_each`], for code that cannot live in a callback (it returns, awaits,
+    /// or keeps guards). Up to `depth` buffers are read ahead of the consumer on the IO
+    /// threads, as one stream refilled read by read; each `next` yields a buffer that has
+    /// landed (the earliest listed first), or else waits for the oldest one still in flight.
+    /// Buffers already cached come out at once. Each index comes out as often as it is
+    /// listed.
+    ///
+    /// **Bound.** At most `min(depth, budget / buffer_size / 2)` buffers (the budget less
+    /// the room the background evictor keeps free; at least one) are taken ahead of the
+    /// consumer: claimed and in flight, or landed and held with a shared pin until their turn
+    /// (unpinned, a landed buffer nobody has used yet is what CLOCK-like policies evict first,
+    /// and it would be read twice). The other half of the budget is left to the caller's
+    /// guards. A read ahead that would have to wait for memory is not issued; that buffer is
+    /// loaded by its own pin in its turn, which waits as any miss does
+    /// ([`Error::BudgetExhausted`] if the caller's guards hold the whole budget). The iterator
+    /// never waits while it holds a pin: it yields every landed buffer first. Like any shared
+    /// pin, one it holds makes an exclusive pin of that buffer wait: do not pin exclusively,
+    /// on the consuming thread, a listed buffer not yet yielded.
+    ///
+    /// **Errors** are per item: an index past the end is [`Error::OutOfRange`] in its turn; a
+    /// read that failed on the IO threads is retried by the item's own pin, whose error
+    /// (such as [`Error::Io`]) is the item's; a buffer this thread holds exclusively is
+    /// [`Error::WouldDeadlock`]. The iterator goes on after an error. `depth` 0 is refused
+    /// with [`Error::BadArgument`].
+    ///
+    /// **Dropped early**, it unpins what it holds and waits for the reads it started (at most
+    /// its window, already issued), so that afterwards none is in flight and everything it
+    /// loaded is evictable.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use ucache::{Cache, CacheOptions, MapOptions, store::MemoryStore};
+    /// let store = MemoryStore::new();
+    /// store.insert("column", (0..64 * 4096).map(|i| (i / 4096) as u8).collect());
+    /// let cache = Cache::new(CacheOptions::new(16 * 4096).batch(4)).unwrap();
+    /// let map = cache.map(Arc::new(store), "column", MapOptions::new()).unwrap();
+    /// let mut sum = 0u64;
+    /// for g in map.landing(0..64, 8).unwrap() {
+    ///     let g = g.unwrap();
+    ///     assert_eq!(g[0] as u64, g.index());
+    ///     sum += g.index();
+    /// }
+    /// assert_eq!(sum, (0..64).sum());
+    /// // Stopping half-way leaves nothing pinned and nothing in flight.
+    /// let first: Vec<u64> = map.landing(0..64, 8).unwrap().take(3).map(|g| g.unwrap().index()).collect();
+    /// assert_eq!(first.len(), 3);
+    /// map.evict(0, map.len()).unwrap();
+    /// assert_eq!(map.resident(), 0);
+    /// ```
+    pub fn landing<I: IntoIterator<Item = u64>>(
+        &self,
+        indices: I,
+        depth: usize,
+    ) -> Result<super::Landing<'_, I::IntoIter>> {
+        super::Landing::new(&self.core, indices.into_iter(), depth)
+    }
+
     /// Starts loading the buffers overlapping the range in the background. Missing buffers the
     /// policy does not admit are skipped, and so are those beyond what the budget holds (less
     /// the room the background evictor keeps free), which would only evict the first ones.
