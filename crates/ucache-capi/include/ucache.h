@@ -422,7 +422,9 @@ typedef struct ucache_map_options {
    */
   bool writable;
   /**
-   * Create the object if missing (needs `len`; implies writable).
+   * Create the object if missing (default false). Needs `len`, and `writable` true as
+   * well: `create` without `writable` is refused by `ucache_map` with
+   * `UCACHE_ERR_BAD_ARGUMENT` before anything is created.
    */
   bool create;
   /**
@@ -774,11 +776,31 @@ enum ucache_status ucache_evict(const struct ucache_mapping *mapping,
                                 uint64_t len);
 
 /**
+ * Evicts the listed buffers, as `ucache_evict` does a range. Every index is checked first:
+ * one past the end is `UCACHE_ERR_OUT_OF_RANGE` and nothing is evicted.
+ *
+ * Ownership: `indices` is only read, during the call.
+ */
+enum ucache_status ucache_evict_buffers(const struct ucache_mapping *mapping,
+                                        const uint64_t *indices,
+                                        size_t count);
+
+/**
  * Starts writing back the dirty buffers overlapping the range in the background.
  */
 enum ucache_status ucache_writeback(const struct ucache_mapping *mapping,
                                     uint64_t offset,
                                     uint64_t len);
+
+/**
+ * Starts writing back the listed buffers that are dirty, in the background, as
+ * `ucache_writeback` does a range. Every index is checked first.
+ *
+ * Ownership: `indices` is only read, during the call.
+ */
+enum ucache_status ucache_writeback_buffers(const struct ucache_mapping *mapping,
+                                            const uint64_t *indices,
+                                            size_t count);
 
 /**
  * Writes back the dirty buffers overlapping the range; durable when it returns
@@ -790,6 +812,17 @@ enum ucache_status ucache_writeback(const struct ucache_mapping *mapping,
 enum ucache_status ucache_msync(const struct ucache_mapping *mapping,
                                 uint64_t offset,
                                 uint64_t len);
+
+/**
+ * Writes back the listed buffers that are dirty; durable when it returns `UCACHE_OK`, with
+ * the failure rules of `ucache_msync`. Every index is checked first: one past the end is
+ * `UCACHE_ERR_OUT_OF_RANGE` and nothing is written.
+ *
+ * Ownership: `indices` is only read, during the call.
+ */
+enum ucache_status ucache_msync_buffers(const struct ucache_mapping *mapping,
+                                        const uint64_t *indices,
+                                        size_t count);
 
 /**
  * Lifts the poison a failed sync left on the mapping (see `ucache_msync`), once the

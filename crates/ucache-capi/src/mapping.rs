@@ -406,6 +406,19 @@ pub extern "C" fn ucache_evict(
     range_op(mapping, offset, len, Mapping::evict)
 }
 
+/// Evicts the listed buffers, as `ucache_evict` does a range. Every index is checked first:
+/// one past the end is `UCACHE_ERR_OUT_OF_RANGE` and nothing is evicted.
+///
+/// Ownership: `indices` is only read, during the call.
+#[no_mangle]
+pub extern "C" fn ucache_evict_buffers(
+    mapping: *const ucache_mapping,
+    indices: *const u64,
+    count: usize,
+) -> ucache_status {
+    index_op(mapping, indices, count, Mapping::evict_buffers)
+}
+
 /// Starts writing back the dirty buffers overlapping the range in the background.
 #[no_mangle]
 pub extern "C" fn ucache_writeback(
@@ -414,6 +427,19 @@ pub extern "C" fn ucache_writeback(
     len: u64,
 ) -> ucache_status {
     range_op(mapping, offset, len, Mapping::writeback)
+}
+
+/// Starts writing back the listed buffers that are dirty, in the background, as
+/// `ucache_writeback` does a range. Every index is checked first.
+///
+/// Ownership: `indices` is only read, during the call.
+#[no_mangle]
+pub extern "C" fn ucache_writeback_buffers(
+    mapping: *const ucache_mapping,
+    indices: *const u64,
+    count: usize,
+) -> ucache_status {
+    index_op(mapping, indices, count, Mapping::writeback_buffers)
 }
 
 /// Writes back the dirty buffers overlapping the range; durable when it returns
@@ -428,6 +454,20 @@ pub extern "C" fn ucache_msync(
     len: u64,
 ) -> ucache_status {
     range_op(mapping, offset, len, Mapping::msync)
+}
+
+/// Writes back the listed buffers that are dirty; durable when it returns `UCACHE_OK`, with
+/// the failure rules of `ucache_msync`. Every index is checked first: one past the end is
+/// `UCACHE_ERR_OUT_OF_RANGE` and nothing is written.
+///
+/// Ownership: `indices` is only read, during the call.
+#[no_mangle]
+pub extern "C" fn ucache_msync_buffers(
+    mapping: *const ucache_mapping,
+    indices: *const u64,
+    count: usize,
+) -> ucache_status {
+    index_op(mapping, indices, count, Mapping::msync_buffers)
 }
 
 /// Lifts the poison a failed sync left on the mapping (see `ucache_msync`), once the

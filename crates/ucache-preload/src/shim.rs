@@ -556,7 +556,7 @@ fn evict_one(e: &Entry, a: u64, b: u64) {
         let loading = (first..=last).any(|i| {
             e.map
                 .state(i)
-                .is_some_and(|w| w.phase() == ucache::Phase::Loading)
+                .is_ok_and(|w| w.phase() == ucache::Phase::Loading)
         });
         if !loading {
             return;

@@ -48,6 +48,7 @@ impl Entry {
     pub fn phase_at(&self, addr: usize) -> Option<ucache::Phase> {
         let m = &self.map;
         m.state(m.buffer_of((addr - self.start) as u64))
+            .ok()
             .map(|w| w.phase())
     }
 }

@@ -191,8 +191,8 @@ impl Mapping {
     fn is_resident(&self, index: u64) -> PyResult<bool> {
         let m = self.get()?;
         match m.state(index) {
-            Some(w) => Ok(w.phase() == ucache_core::Phase::Cached),
-            None => Err(past_last(&m, index)),
+            Ok(w) => Ok(w.phase() == ucache_core::Phase::Cached),
+            Err(_) => Err(past_last(&m, index)),
         }
     }
     /// The buffer holding byte `offset`.

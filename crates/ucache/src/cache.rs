@@ -356,32 +356,46 @@ impl Cache {
         self.core.stats_registry.snapshot(&self.core.stats)
     }
 
-    /// Brings every buffer overlapping `[addr, addr+len)` into memory (address form of
-    /// [`Mapping::ensure_cached`]).
+    // The address forms. Units across the API: buffer calls take buffer indices, range calls
+    // take byte offsets into a mapping, and these five take a raw address, for a caller that
+    // holds nothing but a pointer into some mapping (a C library handed an `mmap`-like
+    // pointer, the preload shim). Each finds the mapping that holds the whole range and
+    // forwards to its byte-range form.
+
+    /// Raw-pointer form of [`Mapping::ensure_cached`]: brings every buffer overlapping
+    /// `[addr, addr+len)` into memory. For a caller that holds only a pointer into a mapping;
+    /// with the [`Mapping`] at hand, use its byte-range form ([`Mapping::ensure_cached`]) or
+    /// its index-list form ([`Mapping::ensure_cached_buffers`]). A range that is not wholly
+    /// inside one in-place mapping (across two mappings, in a pool mapping, or outside every
+    /// mapping) is [`Error::OutOfRange`] with [`Bounds::Address`](crate::Bounds::Address).
     pub fn ensure_cached(&self, addr: *const u8, len: usize) -> Result<()> {
         let (m, off) = self.core.find(addr, len)?;
         m.ensure_cached_range(off, len as u64)
     }
 
-    /// Starts loading the buffers overlapping the range in the background.
+    /// Raw-pointer form of [`Mapping::prefetch`] (index list: [`Mapping::prefetch_buffers`]);
+    /// the range rules of [`Cache::ensure_cached`].
     pub fn prefetch(&self, addr: *const u8, len: usize) -> Result<()> {
         let (m, off) = self.core.find(addr, len)?;
         MappingCore::prefetch_range(&m, off, len as u64)
     }
 
-    /// Evicts the unpinned buffers overlapping the range, writing dirty ones back first.
+    /// Raw-pointer form of [`Mapping::evict`] (index list: [`Mapping::evict_buffers`]); the
+    /// range rules of [`Cache::ensure_cached`].
     pub fn evict(&self, addr: *const u8, len: usize) -> Result<()> {
         let (m, off) = self.core.find(addr, len)?;
         m.evict_range(off, len as u64)
     }
 
-    /// Starts writing back the dirty buffers overlapping the range in the background.
+    /// Raw-pointer form of [`Mapping::writeback`] (index list:
+    /// [`Mapping::writeback_buffers`]); the range rules of [`Cache::ensure_cached`].
     pub fn writeback(&self, addr: *const u8, len: usize) -> Result<()> {
         let (m, off) = self.core.find(addr, len)?;
         MappingCore::writeback_range(&m, off, len as u64)
     }
 
-    /// Writes back the dirty buffers overlapping the range and makes them durable.
+    /// Raw-pointer form of [`Mapping::msync`] (index list: [`Mapping::msync_buffers`]), with
+    /// its failure rules; the range rules of [`Cache::ensure_cached`].
     pub fn msync(&self, addr: *const u8, len: usize) -> Result<()> {
         let (m, off) = self.core.find(addr, len)?;
         m.msync_range(off, len as u64)

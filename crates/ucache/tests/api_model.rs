@@ -799,10 +799,11 @@ impl Harness {
             self.budget
         );
         assert!(self.m.resident() <= self.nbuf, "{what}: resident > buffers");
-        assert_eq!(
-            self.m.state(self.nbuf),
-            None,
-            "{what}: a state past the end"
+        let r = self.m.state(self.nbuf);
+        assert!(
+            matches!(r, Err(Error::OutOfRange(Bounds::Buffer { index, buffers }))
+                if index == self.nbuf && buffers == self.nbuf),
+            "{what}: a state past the end: {r:?}"
         );
         if !self.tracked {
             // Every byte in use is a resident buffer's (IO threads and the evictor may be

@@ -98,6 +98,12 @@ int main(void) {
     FAILS(UCACHE_ERR_NULL_POINTER, ucache_ensure_cached_buffers(m, NULL, 2));
     OK(ucache_ensure_cached_buffers(m, NULL, 0));
     FAILS(UCACHE_ERR_BAD_ARGUMENT, ucache_prefetch_buffers(m, far, SIZE_MAX));
+    FAILS(UCACHE_ERR_OUT_OF_RANGE, ucache_evict_buffers(m, far, 2));
+    FAILS(UCACHE_ERR_OUT_OF_RANGE, ucache_writeback_buffers(m, far, 2));
+    FAILS(UCACHE_ERR_OUT_OF_RANGE, ucache_msync_buffers(m, far, 2));
+    FAILS(UCACHE_ERR_NULL_POINTER, ucache_evict_buffers(m, NULL, 2));
+    FAILS(UCACHE_ERR_NULL_POINTER, ucache_msync_buffers(m, NULL, 2));
+    OK(ucache_writeback_buffers(m, NULL, 0));
     uint8_t buf[8];
     FAILS(UCACHE_ERR_NULL_POINTER, ucache_read(m, 0, NULL, 8));
     FAILS(UCACHE_ERR_OUT_OF_RANGE, ucache_read(m, 16 * BS - 4, buf, 8));

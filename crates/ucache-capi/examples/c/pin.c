@@ -106,6 +106,10 @@ int main(void) {
     OK(ucache_pin_each(m, frontier, 4, 32, visit, &sum));
     CHECK(sum == 3 + 60 + 7 + 3);
     OK(ucache_msync(m, 0, info.len));
+    /* The index-list forms of evict, writeback and msync. */
+    OK(ucache_writeback_buffers(m, list, 3));
+    OK(ucache_msync_buffers(m, list, 3));
+    OK(ucache_evict_buffers(m, list, 3));
 
     /* The markers are on disk after msync; the rest of each buffer is as it was. */
     for (int i = 0; i < BUFFERS; i++) {

@@ -459,9 +459,14 @@ impl Mapping {
         let w = self.core.slot(index)?.load();
         Ok(matches!(w.phase(), Phase::Cached | Phase::Aside))
     }
-    /// The state word of buffer `index`, for diagnostics and tests.
-    pub fn state(&self, index: u64) -> Option<Word> {
-        self.core.states.get(index as usize).map(|s| s.load())
+    /// The state word of buffer `index`, for diagnostics and tests: a snapshot, read-only. An
+    /// index past the end is [`Error::OutOfRange`], as for every buffer call.
+    pub fn state(&self, index: u64) -> Result<Word> {
+        // Bounds only: a forked child may still look (the preload shim's fault path does).
+        match self.core.states.get(index as usize) {
+            Some(s) => Ok(s.load()),
+            None => Err(self.core.out_of_range(index)),
+        }
     }
     /// This mapping's share of [`crate::Cache::stats`]: its hits, misses and their latency,
     /// evictions of its buffers, its write-backs, prefetches and faults. Summed over the
