@@ -68,7 +68,10 @@ const VERSION_SHIFT: u32 = 25;
 const VERSION_ONE: u64 = 1 << VERSION_SHIFT;
 const FLAGS_CLEARED_ON_EVICT: u64 = DIRTY | REFERENCED | PREFETCHED | WRITING;
 
-/// One value of the state word, with the pure transition functions.
+/// A snapshot of one buffer's state word ([`crate::Mapping::state`],
+/// [`crate::policy::Buffers::state`]): its phase, pins, flags and version, read-only. The pure
+/// transition functions that compute the next word are the cache's own (crate-private), so a
+/// program can read a word but never forge one into a buffer.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Word(pub(crate) u64);
 

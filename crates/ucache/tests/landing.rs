@@ -137,7 +137,7 @@ fn reads_ahead_are_bounded_by_depth_and_budget() {
         let depth = 8;
         let mut it = m.landing(0..256, depth).unwrap();
         let mut consumed = 0u64;
-        while let Some(g) = it.next() {
+        for g in it.by_ref() {
             let g = g.unwrap();
             check(&g);
             consumed += 1;

@@ -55,7 +55,7 @@ impl Ahead<'_> {
 ///
 /// The iterator and its guards borrow the mapping, so neither outlives it:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0505
 /// # use std::sync::Arc;
 /// # use ucache::{Cache, CacheOptions, MapOptions, store::MemoryStore};
 /// let store = MemoryStore::new();
