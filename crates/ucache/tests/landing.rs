@@ -336,3 +336,69 @@ fn guards_outlive_the_iterator_but_not_the_mapping() {
     drop(guards);
     m.unmap().unwrap();
 }
+
+/// Threads iterate over overlapping lists of one mapping, some dropping their iterators
+/// early, while another evicts everything over and over under a budget far smaller than the
+/// lists: every byte that comes out is the object's, and nothing is left pinned or loading.
+#[test]
+fn concurrent_iterators_under_eviction_see_every_byte() {
+    common::within("landing: stress", || {
+        let c = Arc::new(cache(48));
+        let m = Arc::new(
+            c.map(common::pattern_store("p", 128), "p", MapOptions::new())
+                .unwrap(),
+        );
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let evictor = {
+            let (m, stop) = (m.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    m.evict(0, m.len()).unwrap();
+                    std::thread::yield_now();
+                }
+            })
+        };
+        let readers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let m = m.clone();
+                std::thread::spawn(move || {
+                    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ t;
+                    let mut rand = move || {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        seed
+                    };
+                    let mut items = 0u64;
+                    for round in 0..60 {
+                        let list: Vec<u64> = (0..1 + rand() % 40).map(|_| rand() % 128).collect();
+                        let depth = 1 + (rand() % 24) as usize;
+                        let take = if round % 3 == 0 {
+                            (rand() % 8) as usize
+                        } else {
+                            list.len()
+                        };
+                        let mut kept = Vec::new();
+                        for g in m.landing(list.iter().copied(), depth).unwrap().take(take) {
+                            let g = g.unwrap();
+                            check(&g);
+                            items += 1;
+                            kept.push(g);
+                            if kept.len() > 4 {
+                                kept.remove(0);
+                            }
+                        }
+                    }
+                    items
+                })
+            })
+            .collect();
+        let items: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+        stop.store(true, Ordering::Relaxed);
+        evictor.join().unwrap();
+        assert!(items > 0);
+        assert!(quiet(&m), "a pin or a load is left");
+        m.evict(0, m.len()).unwrap();
+        assert_eq!(m.resident(), 0);
+    });
+}
