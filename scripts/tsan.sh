@@ -33,7 +33,7 @@ export RUST_BACKTRACE=0 UCACHE_TSAN=1
 export TSAN_OPTIONS="halt_on_error=1 abort_on_error=1 report_signal_unsafe=0 allocator_may_return_null=1 suppressions=$PWD/scripts/tsan.suppressions"
 tests=()
 for t in bad_input budget_edges durability evictor file_stores handler_threads memory_store \
-  hostile_policies misbehaving_stores msync policy_edge_cases policy_library policy_live \
+  hostile_policies landing misbehaving_stores msync policy_edge_cases policy_library policy_live \
   policy_safety prefetch protocol_edges stats_shards stress sync_failure weights; do
   tests+=(--test "$t")
 done
