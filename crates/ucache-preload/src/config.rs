@@ -18,6 +18,8 @@ pub(crate) struct Config {
     pub stats: bool,
     /// 0: faults served on the faulting thread (SIGBUS); n: n handler threads.
     pub fault_threads: usize,
+    /// Read the file with `O_DIRECT` where a read is aligned (see `store.rs`).
+    pub direct: bool,
 }
 
 /// Parses `256MiB`, `16KiB`, `1G`, `4096`: binary units, case-insensitive.
@@ -96,7 +98,13 @@ impl Config {
                 .filter(|&n| n <= 64)
                 .ok_or_else(|| format!("UCACHE_FAULT_THREADS='{n}' must be 0 to 64"))?,
         };
+        let direct = match get("UCACHE_DIRECT").as_deref() {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(s) => return Err(format!("UCACHE_DIRECT='{s}' must be 0 or 1")),
+        };
         Ok(Some(Config {
+            direct,
             globs,
             memory,
             policy,
