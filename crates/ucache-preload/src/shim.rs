@@ -103,10 +103,11 @@ pub(crate) fn fini() {
                 let s = c.stats();
                 say(&format!(
                     "stats: mappings {mapped}, refused {refused}, budget {} bytes, used {} \
-                     bytes, hit ratio {:.4}; {s:?}",
+                     bytes, hit ratio {:.4}, direct-read bytes {}; {s:?}",
                     c.budget(),
                     c.used(),
-                    s.hit_ratio()
+                    s.hit_ratio(),
+                    crate::store::DIRECT_BYTES.load(SeqCst)
                 ));
             }
             None => say(&format!(

@@ -8,6 +8,7 @@
 //! the current end (a truncation drops what lay beyond, as the page cache does).
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use ucache::store::{Object, OpenOptions, Store};
@@ -34,6 +35,9 @@ impl Drop for RawFile {
         }
     }
 }
+
+/// Bytes read through direct descriptors, for the statistics printed at exit.
+pub(crate) static DIRECT_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// Alignment a direct read needs of its memory, offset and length here: a page, which every
 /// buffer (4 KiB and up, at page-aligned offsets) and staging area has, and which covers
@@ -77,7 +81,10 @@ impl RawFile {
             return 0;
         }
         // SAFETY: `buf` is valid for writes.
-        unsafe { io_at(d, libc::SYS_pread64, buf.as_mut_ptr(), buf.len(), offset) }.unwrap_or(0)
+        let n = unsafe { io_at(d, libc::SYS_pread64, buf.as_mut_ptr(), buf.len(), offset) }
+            .unwrap_or(0);
+        DIRECT_BYTES.fetch_add(n as u64, Relaxed);
+        n
     }
 }
 
