@@ -155,6 +155,9 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(c.memory, 64 << 20);
+        assert!(c.direct, "direct reads are the default");
+        let off = Config::from_env(env(&[("UCACHE_FILES", "*"), ("UCACHE_DIRECT", "0")]));
+        assert!(!off.unwrap().unwrap().direct);
         assert!(c.matches("/tmp/x/test.db"));
         assert!(c.matches("/data/a/b"));
         assert!(!c.matches("/tmp/x/test.txt"));
@@ -164,6 +167,7 @@ mod tests {
             vec![("UCACHE_FILES", "*"), ("UCACHE_MEMORY", "lots")],
             vec![("UCACHE_FILES", "*"), ("UCACHE_POLICY", "nope")],
             vec![("UCACHE_FILES", "*"), ("UCACHE_BUFFER_SIZE", "3000")],
+            vec![("UCACHE_FILES", "*"), ("UCACHE_DIRECT", "yes")],
         ] {
             let e = Config::from_env(env(&bad)).unwrap_err();
             assert!(e.contains("UCACHE_"), "{e}");

@@ -199,3 +199,94 @@ impl Store for OneObject {
         Ok(self.0.clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::alloc::{alloc_zeroed, dealloc, Layout};
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    const LEN: usize = 3 * 4096 + 100;
+
+    fn pat(i: usize, seed: u8) -> u8 {
+        (i * 7 + i / 4096) as u8 ^ seed
+    }
+
+    /// Page-aligned memory of `len` bytes, freed on drop.
+    struct Aligned(*mut u8, Layout);
+    impl Aligned {
+        fn new(len: usize) -> Aligned {
+            let l = Layout::from_size_align(len, DIRECT_ALIGN).unwrap();
+            // SAFETY: a layout of non-zero size.
+            Aligned(unsafe { alloc_zeroed(l) }, l)
+        }
+        fn bytes(&mut self) -> &mut [u8] {
+            // SAFETY: the allocation made in `new`, owned by self.
+            unsafe { std::slice::from_raw_parts_mut(self.0, self.1.size()) }
+        }
+    }
+    impl Drop for Aligned {
+        fn drop(&mut self) {
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { dealloc(self.0, self.1) };
+        }
+    }
+
+    /// A file of `LEN` bytes (the end inside a page) on a disk file system, and the object
+    /// the shim would make of it.
+    fn setup(dir: &std::path::Path) -> (std::fs::File, FileObject) {
+        let path = dir.join("f");
+        let data: Vec<u8> = (0..LEN).map(|i| pat(i, 0)).collect();
+        std::fs::write(&path, data).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        let fd = crate::real::reopen(f.as_raw_fd(), true).unwrap();
+        let direct = crate::real::reopen_direct(fd);
+        assert!(direct.is_some(), "O_DIRECT refused under {}", dir.display());
+        let obj = FileObject {
+            file: Arc::new(RawFile { fd, direct }),
+            name: "f".into(),
+            min_len: 0,
+        };
+        (f, obj)
+    }
+
+    #[test]
+    fn aligned_reads_go_around_the_page_cache_and_see_its_writes() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let (_f, obj) = setup(dir.path());
+        let mut a = Aligned::new(4 * 4096);
+        let before = DIRECT_BYTES.load(Relaxed);
+        assert_eq!(obj.read_at(a.bytes(), 0).unwrap(), 4 * 4096);
+        assert!(
+            DIRECT_BYTES.load(Relaxed) - before >= LEN as u64,
+            "the read went through the direct descriptor"
+        );
+        let b = a.bytes();
+        assert!((0..LEN).all(|i| b[i] == pat(i, 0)), "the file's bytes");
+        assert!(b[LEN..].iter().all(|&x| x == 0), "zeros after the end");
+        // A write through the page cache (not synced): the direct read of it sees it.
+        let new: Vec<u8> = (4096..8192).map(|i| pat(i, 0x5a)).collect();
+        obj.write_at(&new, 4096).unwrap();
+        assert_eq!(obj.read_at(&mut a.bytes()[..4096], 4096).unwrap(), 4096);
+        assert!(a.bytes()[..4096].iter().zip(&new).all(|(x, y)| x == y));
+        // Wholly past the end: nothing, as the kernel's SIGBUS past the end needs.
+        assert_eq!(obj.read_at(&mut a.bytes()[..4096], 4 * 4096).unwrap(), 0);
+    }
+
+    #[test]
+    fn unaligned_reads_go_through_the_page_cache() {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let (_f, obj) = setup(dir.path());
+        let mut a = Aligned::new(4 * 4096);
+        // Memory one byte off a page, then an offset one byte off a page, then a length.
+        for (at, off, len) in [(1, 0, 4096), (0, 1, 4096), (0, 0, 100)] {
+            let buf = &mut a.bytes()[at..at + len];
+            assert_eq!(obj.read_at(buf, off as u64).unwrap(), len);
+            assert!(
+                buf.iter().enumerate().all(|(k, &x)| x == pat(off + k, 0)),
+                "at {at}, offset {off}, len {len}"
+            );
+        }
+    }
+}
