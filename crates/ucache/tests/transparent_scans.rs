@@ -42,8 +42,8 @@ fn words(m: &Mapping) -> &[AtomicU64] {
 fn scan(w: &[AtomicU64], buffers: usize, from: usize, n: usize, round: u64) {
     let per = BS / 8;
     for b in (from..from + n).map(|b| b % buffers) {
-        for k in b * per..(b + 1) * per {
-            let x = w[k].load(Relaxed);
+        for (k, x) in w.iter().enumerate().skip(b * per).take(per) {
+            let x = x.load(Relaxed);
             assert_eq!(x, word(k, round), "buffer {b}, word {k}, round {round}");
         }
     }
