@@ -74,6 +74,7 @@ fn a_sequential_scan_installs_whole_windows_with_one_call_each() {
         st.installs
     );
     assert!(st.prefetches > st.misses * 16, "{st:?}");
+    eprintln!("{} pages in {} installs: {st:?}", pages, st.installs);
 }
 
 /// Scanners at different places fault at once, each into runs another may be installing;
