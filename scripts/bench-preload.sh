@@ -6,7 +6,7 @@
 #
 #   bash scripts/bench-preload.sh [--data 256MiB] [--memory 64MiB] [--dir /tmp/x] [--reps 3]
 #        [--policies clock,s3fifo] [--workloads sqlite-scan,sqlite-mix] [--slack 16MiB]
-#        [--name results]
+#        [--name results] [--out docs/results/DATE-preload]
 #
 # --dir picks the device: the default is under /var/tmp (the virtio disk here); point it at a
 # zram-backed file system (scripts/zram-setup.sh) for the zram figures. --policies runs the
@@ -19,7 +19,11 @@
 # (its heap, the program's) and page cache included. Writes <name>.json and
 # <name>.md under docs/results/<date>-preload/ and prints the table. Ratios are plain seconds /
 # shim seconds (medians): above 1 the shim is faster. Every run's output is compared with the
-# first plain run's.
+# first plain run's. Each run's CPU time (user + system, of the whole process tree: the
+# shim's IO threads included) is reported beside its wall time: on a machine shared with
+# other work the wall time swings with the neighbours' load, the CPU time much less.
+# UCACHE_PRELOAD_SO=path benchmarks that build of the shim instead of building this tree's
+# (to compare two builds, run the script once with each).
 #
 # sqlite-mix is the workload where the policy matters: one sqlite3 process runs 3 rounds of
 # point lookups on a hot set of rows (one row on each of budget/16 KiB pages scattered over
@@ -29,7 +33,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-data=256MiB memory=64MiB dir="" reps=3 policies="" workloads="" slack="" name=results
+data=256MiB memory=64MiB dir="" reps=3 policies="" workloads="" slack="" name=results out=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --data) data=$2; shift 2 ;;
@@ -40,6 +44,7 @@ while [ $# -gt 0 ]; do
     --workloads) workloads=$2; shift 2 ;;
     --slack) slack=$2; shift 2 ;;
     --name) name=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -56,11 +61,15 @@ for p in sqlite3 mdb_load mdb_dump rg python3; do
   command -v "$p" >/dev/null || { echo "$p missing (apt-get install -y sqlite3 lmdb-utils ripgrep)" >&2; exit 1; }
 done
 
-cargo build --release -p ucache-preload >/dev/null
-so=$PWD/target/release/libucache_preload.so
+if [ -n "${UCACHE_PRELOAD_SO:-}" ]; then
+  so=$UCACHE_PRELOAD_SO
+else
+  cargo build --release -p ucache-preload >/dev/null
+  so=$PWD/target/release/libucache_preload.so
+fi
 [ -n "$dir" ] || dir=$(mktemp -d /var/tmp/ucache-bench-preload.XXXXXX)
 mkdir -p "$dir"
-out=docs/results/$(date +%Y-%m-%d)-preload
+[ -n "$out" ] || out=docs/results/$(date +%Y-%m-%d)-preload
 mkdir -p "$out"
 
 cg=/sys/fs/cgroup/memory/ucache-bench-preload
@@ -138,19 +147,26 @@ cmds=(
 
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 now() { date +%s.%N; }
+# Prints "wall cpu": seconds since $1, and the user + system seconds /usr/bin/time wrote.
+took() {
+  python3 -c "import sys; u, s = open(sys.argv[3]).read().split()[-2:]
+print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f} {float(u) + float(s):.2f}')" "$1" "$(now)" "$dir/time"
+}
 run_plain() { # in the memory cgroup
   drop
   local t0; t0=$(now)
-  sh -c "echo \$\$ > $cg/cgroup.procs; exec sh -c \"\$0\"" "$1" > "$dir/out.plain"
-  python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$t0" "$(now)"
+  /usr/bin/time -f "%U %S" -o "$dir/time" \
+    sh -c "echo \$\$ > $cg/cgroup.procs; exec sh -c \"\$0\"" "$1" > "$dir/out.plain"
+  took "$t0"
 }
 run_shim() { # command, glob, policy (empty: the default); in the cgroup with --slack
   drop
   local t0 join=""; t0=$(now)
   [ -z "$slack" ] || join="echo \$\$ > $cg/cgroup.procs; "
-  env LD_PRELOAD="$so" UCACHE_FILES="$2" UCACHE_MEMORY="$memory" ${3:+UCACHE_POLICY=$3} \
+  /usr/bin/time -f "%U %S" -o "$dir/time" \
+    env LD_PRELOAD="$so" UCACHE_FILES="$2" UCACHE_MEMORY="$memory" ${3:+UCACHE_POLICY=$3} \
     UCACHE_STATS=1 sh -c "${join}exec sh -c \"\$0\"" "$1" > "$dir/out.shim" 2> "$dir/err.shim"
-  python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.3f}')" "$t0" "$(now)"
+  took "$t0"
 }
 
 IFS=, read -r -a pols <<< "${policies:-}"
@@ -163,43 +179,47 @@ md="$out/$name.md"
   echo "# ucache-preload benchmark, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
   echo "data $data, budget $memory, dir $dir ($(df --output=source "$dir" | tail -1), read_ahead_kb $(cat /sys/block/"$(basename "$(df --output=source "$dir" | tail -1)")"/queue/read_ahead_kb 2>/dev/null || echo '?')), reps $reps, $cgdesc"
-  echo "Command: \`bash scripts/bench-preload.sh --data $data --memory $memory --dir $dir --reps $reps${policies:+ --policies $policies}${workloads:+ --workloads $workloads}${slack:+ --slack $slack} --name $name\`"
+  echo "Command: \`bash scripts/bench-preload.sh --data $data --memory $memory --dir $dir --reps $reps${policies:+ --policies $policies}${workloads:+ --workloads $workloads}${slack:+ --slack $slack} --name $name --out $out\`${UCACHE_PRELOAD_SO:+ (UCACHE_PRELOAD_SO=$UCACHE_PRELOAD_SO)}${UCACHE_DIRECT:+ (UCACHE_DIRECT=$UCACHE_DIRECT)}"
   echo
-  echo "| workload | policy | plain s | shim s | plain/shim | same output | shim misses, MiB read (last rep) |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| workload | policy | plain s | shim s | plain/shim | plain CPU s | shim CPU s | CPU plain/shim | same output | shim misses, MiB read, installs (last rep) |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
 } > "$md"
 echo "[" > "$json"
 first=1
 for i in "${!names[@]}"; do
   name_=${names[$i]} glob=${globs[$i]} cmd=${cmds[$i]}
   [ -z "$workloads" ] || [[ ",$workloads," == *",$name_,"* ]] || continue
-  pl=() same=yes
-  declare -A sh=() st=()
+  pl=() plc=() same=yes
+  declare -A sh=() shc=() st=()
   for rep in $(seq "$reps"); do
     # Plain and each policy, interleaved; every output is compared with the first plain one.
-    pl+=("$(run_plain "$cmd")")
+    read -r w c < <(run_plain "$cmd")
+    pl+=("$w") plc+=("$c")
     [ "$rep" = 1 ] && cp "$dir/out.plain" "$dir/out.ref"
     cmp -s "$dir/out.ref" "$dir/out.plain" || same="no (plain runs differ)"
     for p in "${pols[@]}"; do
-      sh[$p]+="$(run_shim "$cmd" "$glob" "$p") "
+      read -r w c < <(run_shim "$cmd" "$glob" "$p")
+      sh[${p:-default}]+="$w " shc[${p:-default}]+="$c "
       cmp -s "$dir/out.ref" "$dir/out.shim" || same=no
       grep -q "ucache-preload: stats: mappings [1-9]" "$dir/err.shim" || same="$same (shim mapped nothing!)"
-      st[$p]=$(grep -o 'misses: [0-9]*\|bytes_read: [0-9]*' "$dir/err.shim" | awk '{v[NR]=$2} END {printf "%d, %.0f", v[1], v[2]/1048576}')
+      st[${p:-default}]=$(grep -o 'misses: [0-9]*\|bytes_read: [0-9]*\|installs: [0-9]*' "$dir/err.shim" | awk '{v[NR]=$2} END {printf "%d, %.0f, %d", v[1], v[2]/1048576, v[3]}')
     done
   done
   for p in "${pols[@]}"; do
-    read -r -a shv <<< "${sh[$p]}"
-    read -r pmed smed ratio < <(python3 -c "
+    read -r -a shv <<< "${sh[${p:-default}]}"
+    read -r -a shcv <<< "${shc[${p:-default}]}"
+    read -r pmed smed ratio pcmed scmed cratio < <(python3 -c "
 import statistics,sys
-p=[float(x) for x in sys.argv[1].split()]; s=[float(x) for x in sys.argv[2].split()]
-print(f'{statistics.median(p):.3f} {statistics.median(s):.3f} {statistics.median(p)/statistics.median(s):.3f}')" "${pl[*]}" "${shv[*]}")
-    echo "| $name_ | ${p:-default} | ${pl[*]} (median $pmed) | ${shv[*]} (median $smed) | $ratio | $same | ${st[$p]} |" >> "$md"
+m=lambda a: statistics.median(float(x) for x in a.split())
+p, s, pc, sc = (m(a) for a in sys.argv[1:5])
+print(f'{p:.3f} {s:.3f} {p/s:.3f} {pc:.2f} {sc:.2f} {pc/sc:.3f}')" "${pl[*]}" "${shv[*]}" "${plc[*]}" "${shcv[*]}")
+    echo "| $name_ | ${p:-default} | ${pl[*]} (median $pmed) | ${shv[*]} (median $smed) | $ratio | ${plc[*]} (median $pcmed) | ${shcv[*]} (median $scmed) | $cratio | $same | ${st[${p:-default}]} |" >> "$md"
     [ $first = 1 ] || echo "," >> "$json"
     first=0
-    printf '{"workload":"%s","policy":"%s","data":"%s","memory":"%s","dir":"%s","slack":"%s","plain_s":[%s],"shim_s":[%s],"ratio":%s,"same_output":"%s","shim_misses_mib_read":"%s"}\n' \
-      "$name_" "${p:-default}" "$data" "$memory" "$dir" "$slack" "$(IFS=,; echo "${pl[*]}")" "$(IFS=,; echo "${shv[*]}")" "$ratio" "$same" "${st[$p]}" >> "$json"
+    printf '{"workload":"%s","policy":"%s","data":"%s","memory":"%s","dir":"%s","slack":"%s","plain_s":[%s],"shim_s":[%s],"ratio":%s,"plain_cpu_s":[%s],"shim_cpu_s":[%s],"cpu_ratio":%s,"same_output":"%s","shim_misses_mib_read_installs":"%s"}\n' \
+      "$name_" "${p:-default}" "$data" "$memory" "$dir" "$slack" "$(IFS=,; echo "${pl[*]}")" "$(IFS=,; echo "${shv[*]}")" "$ratio" "$(IFS=,; echo "${plc[*]}")" "$(IFS=,; echo "${shcv[*]}")" "$cratio" "$same" "${st[${p:-default}]}" >> "$json"
   done
-  unset sh st
+  unset sh shc st
   tail -1 "$dir/err.shim" | cut -c1-300 >&2
 done
 echo "]" >> "$json"

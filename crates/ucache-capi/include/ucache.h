@@ -320,6 +320,15 @@ typedef struct ucache_stats {
    */
   uint64_t restores;
   /**
+   * Install calls (`UFFDIO_COPY`) of transparent mappings; a readahead run of adjacent
+   * buffers is one call.
+   */
+  uint64_t installs;
+  /**
+   * Bytes those calls installed.
+   */
+  uint64_t installed_bytes;
+  /**
    * Miss latency histogram: entry i counts misses that took [2^i, 2^(i+1)) ns.
    */
   uint64_t miss_latency[UCACHE_LATENCY_BUCKETS];

@@ -165,6 +165,11 @@ pub struct ucache_stats {
     pub set_aside: u64,
     /// Set-aside buffers touched again and brought back without IO.
     pub restores: u64,
+    /// Install calls (`UFFDIO_COPY`) of transparent mappings; a readahead run of adjacent
+    /// buffers is one call.
+    pub installs: u64,
+    /// Bytes those calls installed.
+    pub installed_bytes: u64,
     /// Miss latency histogram: entry i counts misses that took [2^i, 2^(i+1)) ns.
     pub miss_latency: [u64; UCACHE_LATENCY_BUCKETS],
 }
@@ -225,6 +230,8 @@ stats_from_snapshot!(
     fault_bookkeeping_ns,
     set_aside,
     restores,
+    installs,
+    installed_bytes,
 );
 
 /// Copies the cache's counters into `*out`.

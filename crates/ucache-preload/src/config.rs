@@ -18,6 +18,8 @@ pub(crate) struct Config {
     pub stats: bool,
     /// 0: faults served on the faulting thread (SIGBUS); n: n handler threads.
     pub fault_threads: usize,
+    /// Read the file with `O_DIRECT` where a read is aligned (see `store.rs`).
+    pub direct: bool,
 }
 
 /// Parses `256MiB`, `16KiB`, `1G`, `4096`: binary units, case-insensitive.
@@ -96,7 +98,13 @@ impl Config {
                 .filter(|&n| n <= 64)
                 .ok_or_else(|| format!("UCACHE_FAULT_THREADS='{n}' must be 0 to 64"))?,
         };
+        let direct = match get("UCACHE_DIRECT").as_deref() {
+            None | Some("1") => true,
+            Some("0") => false,
+            Some(s) => return Err(format!("UCACHE_DIRECT='{s}' must be 0 or 1")),
+        };
         Ok(Some(Config {
+            direct,
             globs,
             memory,
             policy,
@@ -147,6 +155,9 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(c.memory, 64 << 20);
+        assert!(c.direct, "direct reads are the default");
+        let off = Config::from_env(env(&[("UCACHE_FILES", "*"), ("UCACHE_DIRECT", "0")]));
+        assert!(!off.unwrap().unwrap().direct);
         assert!(c.matches("/tmp/x/test.db"));
         assert!(c.matches("/data/a/b"));
         assert!(!c.matches("/tmp/x/test.txt"));
@@ -156,6 +167,7 @@ mod tests {
             vec![("UCACHE_FILES", "*"), ("UCACHE_MEMORY", "lots")],
             vec![("UCACHE_FILES", "*"), ("UCACHE_POLICY", "nope")],
             vec![("UCACHE_FILES", "*"), ("UCACHE_BUFFER_SIZE", "3000")],
+            vec![("UCACHE_FILES", "*"), ("UCACHE_DIRECT", "yes")],
         ] {
             let e = Config::from_env(env(&bad)).unwrap_err();
             assert!(e.contains("UCACHE_"), "{e}");

@@ -143,8 +143,16 @@ pub(crate) fn fd_path(fd: c_int) -> Option<String> {
 /// Opens the file behind `fd` anew (its own file description, so the program's position and
 /// `O_APPEND` do not apply), close-on-exec.
 pub(crate) fn reopen(fd: c_int, write: bool) -> Option<c_int> {
+    reopen_with(fd, if write { libc::O_RDWR } else { libc::O_RDONLY })
+}
+
+/// `fd`'s file opened again for reading with `O_DIRECT`, if its file system allows it.
+pub(crate) fn reopen_direct(fd: c_int) -> Option<c_int> {
+    reopen_with(fd, libc::O_RDONLY | libc::O_DIRECT)
+}
+
+fn reopen_with(fd: c_int, mode: c_int) -> Option<c_int> {
     let link = format!("/proc/self/fd/{fd}\0");
-    let mode = if write { libc::O_RDWR } else { libc::O_RDONLY };
     // SAFETY: NUL-terminated path.
     let r = unsafe {
         libc::syscall(

@@ -103,10 +103,11 @@ pub(crate) fn fini() {
                 let s = c.stats();
                 say(&format!(
                     "stats: mappings {mapped}, refused {refused}, budget {} bytes, used {} \
-                     bytes, hit ratio {:.4}; {s:?}",
+                     bytes, hit ratio {:.4}, direct-read bytes {}; {s:?}",
                     c.budget(),
                     c.used(),
-                    s.hit_ratio()
+                    s.hit_ratio(),
+                    crate::store::DIRECT_BYTES.load(SeqCst)
                 ));
             }
             None => say(&format!(
@@ -275,7 +276,8 @@ pub(crate) fn map_fd(len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> Op
         ));
         return None;
     };
-    let file = Arc::new(RawFile { fd: nfd });
+    let direct = cfg.direct.then(|| real::reopen_direct(nfd)).flatten();
+    let file = Arc::new(RawFile { fd: nfd, direct });
     match real::fstat(nfd) {
         Some(s) if s.st_dev == st.st_dev && s.st_ino == st.st_ino => {}
         _ => return None,

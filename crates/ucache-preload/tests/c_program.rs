@@ -66,7 +66,29 @@ fn modes_give_the_same_results_plain_and_through_the_shim() {
                 shim_mappings(&out.stderr) > 0,
                 "{mode}: the shim mapped nothing"
             );
+            assert!(
+                direct_read_bytes(&out.stderr) > 0,
+                "{mode}: no read went around the page cache"
+            );
         }
+    }
+}
+
+/// `UCACHE_DIRECT=0`: every read goes through the page cache, with the same results.
+#[test]
+fn reads_through_the_page_cache_when_direct_reads_are_off() {
+    let s = Setup::new();
+    for mode in ["read", "mix", "fork"] {
+        let plain = ok(&run(s.cmd(mode, "0")), &format!("{mode} plain"));
+        let mut c = s.shimmed(mode, "1", "256KiB");
+        c.env("UCACHE_DIRECT", "0");
+        let out = run(c);
+        assert_eq!(plain, ok(&out, &format!("{mode}, buffered")), "{mode}");
+        assert!(
+            shim_mappings(&out.stderr) > 0,
+            "{mode}: the shim mapped nothing"
+        );
+        assert_eq!(direct_read_bytes(&out.stderr), 0, "{mode}");
     }
 }
 

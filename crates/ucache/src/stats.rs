@@ -107,6 +107,8 @@ counters! {
     fault_bookkeeping_ns: "With `profile_faults`: of that, bookkeeping: the policy's hooks (on_miss, on_insert, choosing prefetches) and publishing the buffer. The rest of `fault_ns` is checks (state words, claims, waits).",
     set_aside: "Buffers of transparent mappings set aside as eviction candidates (copied into the pool, pages dropped).",
     restores: "Set-aside buffers touched again and brought back without IO (soft faults).",
+    installs: "`UFFDIO_COPY` calls that installed buffers of transparent mappings. A readahead run of adjacent buffers goes in with one call, so `installed_bytes / installs` is the pages per call times 4 KiB.",
+    installed_bytes: "Bytes those calls installed.",
 }
 
 /// The live counters of one cache.
@@ -170,6 +172,8 @@ pub(crate) enum Counter {
     FaultBookkeepingNs,
     SetAside,
     Restores,
+    Installs,
+    InstalledBytes,
 }
 
 impl Stats {
@@ -218,6 +222,8 @@ impl Stats {
             Counter::FaultBookkeepingNs => &s.fault_bookkeeping_ns,
             Counter::SetAside => &s.set_aside,
             Counter::Restores => &s.restores,
+            Counter::Installs => &s.installs,
+            Counter::InstalledBytes => &s.installed_bytes,
         };
         Self::bump(a, n, owned);
     }

@@ -88,6 +88,8 @@ impl fmt::Display for StatsSnapshot {
                 ("write faults", self.write_faults),
                 ("set aside", self.set_aside),
                 ("restores", self.restores),
+                ("installs", self.installs),
+                ("installed KiB", self.installed_bytes >> 10),
             ];
             let rest: Vec<String> = rest
                 .iter()

@@ -103,6 +103,16 @@ pub fn shim_mappings(stderr: &[u8]) -> u64 {
         .sum()
 }
 
+/// The direct-read bytes the shim's statistics line reports (summed over its processes).
+pub fn direct_read_bytes(stderr: &[u8]) -> u64 {
+    let s = String::from_utf8_lossy(stderr);
+    s.lines()
+        .filter(|l| l.starts_with("ucache-preload: stats: mappings "))
+        .filter_map(|l| l.split("direct-read bytes ").nth(1))
+        .filter_map(|r| r.split(';').next()?.trim().parse::<u64>().ok())
+        .sum()
+}
+
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }

@@ -15,9 +15,11 @@ use crate::state::{Phase, Pin};
 use crate::stats::Counter;
 use crate::store::IoBuf;
 
-/// Bytes of buffers per IO job of a prefetch: a readahead window of 1 MiB goes to the IO
-/// threads as eight jobs, so they start on its first run before its last one is claimed.
-const PREFETCH_JOB_BYTES: usize = 128 << 10;
+/// Bytes of buffers per IO job of a prefetch: one run of the IO threads' stream
+/// ([`super::stream::RUN_BYTES`]), so a readahead window of 1 MiB is one job, read and
+/// installed by one thread with one call each. In jobs of 128 KiB the two IO threads took
+/// alternate eighths of each window, and no run was longer than a job.
+const PREFETCH_JOB_BYTES: usize = super::stream::RUN_BYTES;
 
 /// Most staging memory one batched load of a transparent mapping takes at once.
 pub(super) const STAGING_BYTES: usize = 16 << 20;

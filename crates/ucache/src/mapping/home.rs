@@ -198,6 +198,8 @@ impl MappingCore {
         writable: bool,
     ) -> Result<()> {
         let r = self.home.region().expect("install on an in-place mapping");
+        self.stats().add(Counter::Installs, 1);
+        self.stats().add(Counter::InstalledBytes, len as u64);
         // SAFETY: forwarded from our caller.
         unsafe { r.install((i << self.shift) as usize, src, len, writable) }
     }

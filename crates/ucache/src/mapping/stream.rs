@@ -22,9 +22,18 @@ use crate::state::{Phase, Pin};
 use crate::stats::Counter;
 use crate::store::IoBuf;
 
-/// Most bytes one run of a prefetch stream reads and installs at once (the kernel's default
-/// readahead window).
-const RUN_BYTES: usize = 128 << 10;
+/// Most bytes one run of a prefetch stream reads and installs at once: a whole window of the
+/// transparent readahead (`ReadAhead::transparent_default`), so one window is one read and one
+/// `UFFDIO_COPY`. It was 128 KiB (Linux's default readahead) while stores read through the
+/// page cache, whose own readahead made the device's requests large whatever the run; a store
+/// that reads around it (the LD_PRELOAD shim's `O_DIRECT` reads) hands the device requests of
+/// this size, and a sequential scan on the virtio disk ran 0.9-1.5 s with 1 MiB runs against
+/// 1.3-2.5 s with 128 KiB ones (docs/results/2026-11-26-preload-scans).
+pub(super) const RUN_BYTES: usize = 1 << 20;
+
+/// Runs a transparent stream keeps staging memory for: reads in flight on a store that
+/// overlaps them (io_uring). A synchronous store uses the first slot only.
+const RUNS_IN_FLIGHT: usize = 4;
 
 /// What `pin_each` did with one index.
 enum Step<'a> {
@@ -201,8 +210,12 @@ impl MappingCore {
         let left = if !self.home.is_transparent() {
             self.stream_into(depth.max(1), None, next)
         } else {
-            // Staging for every read in flight, within the same cap as a batched load.
-            let depth = depth.min(STAGING_BYTES / self.bs).max(1);
+            // Staging for every read in flight (at least a few whole runs), within the same cap
+            // as a batched load.
+            let depth = depth
+                .max(RUNS_IN_FLIGHT * RUN_BYTES / self.bs)
+                .min(STAGING_BYTES / self.bs)
+                .max(1);
             // Without staging memory nothing was taken from `next` yet: all of it is left.
             with_staging(depth * self.bs, |p| self.stream_into(depth, Some(p), next))
                 .unwrap_or(Some(None))

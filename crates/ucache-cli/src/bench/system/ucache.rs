@@ -290,6 +290,8 @@ impl System for Ucache {
             ("fault_bookkeeping_ns", s.fault_bookkeeping_ns),
             ("set_aside", s.set_aside),
             ("restores", s.restores),
+            ("installs", s.installs),
+            ("installed_bytes", s.installed_bytes),
         ]
     }
 
