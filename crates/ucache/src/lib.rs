@@ -34,6 +34,8 @@ pub mod store;
 mod sync;
 mod typed;
 mod uffd;
+#[cfg(feature = "tokio")]
+mod wakers;
 
 pub use cache::{
     Cache, CacheOptions, BACKGROUND_EVICTION_BATCHES, DEFAULT_BATCH_BYTES, DEFAULT_BUDGET_WAIT,

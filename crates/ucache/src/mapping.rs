@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | pin (hit) | `Cached` → pins+1 (shared) or X (exclusive) | `pin.rs` |
 //! | pin (miss) | `Evicted` →[one winner] `Loading` →(read)→ `Cached`+pin; losers wait on the word | `pin.rs`, via `claim.rs` (the claim guard) and `home.rs` (where the bytes go) |
+//! | async pin (feature `tokio`) | as a pin; the read and the waits are awaited, a dropped future undoes its claim | `pin_async.rs`, waits in `crate::wakers` |
 //! | unpin | pins−1, or X cleared (+dirty, version+1) | `guard.rs` |
 //! | batched load, prefetch | as a miss, many buffers claimed before one store batch | `batch.rs`, `stream.rs` |
 //! | transparent fault | a miss without a pin; a first store sets dirty and lifts write protection | `fault.rs` |
@@ -52,6 +53,8 @@ mod hooks;
 mod lists;
 mod options;
 mod pin;
+#[cfg(feature = "tokio")]
+mod pin_async;
 mod stream;
 mod sync_ledger;
 mod typed;
