@@ -202,6 +202,32 @@ impl Object for S3Object {
         Ok(())
     }
 
+    /// The async miss's read ([`ucache::Mapping::pin_shared_async`]): one ranged GET, with
+    /// the same ETag and length checks as a batch, run on this store's runtime and awaited
+    /// from the caller's, so the caller's thread is free while it is in flight. Not on the
+    /// caller's runtime itself: the client's pooled connections live on the runtime that
+    /// opened them, and one opened on a caller's runtime would stall every later read (the
+    /// blocking ones included) once that runtime stops being driven. A dropped future aborts
+    /// its GET.
+    fn read_owned(self: Arc<Self>, offset: u64, len: usize) -> ucache::store::ReadOwned {
+        let n = (len as u64).min(self.len.saturating_sub(offset));
+        if n == 0 {
+            return Box::pin(async { Ok(Vec::new()) });
+        }
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        let (client, path, name) = (self.client.clone(), self.path.clone(), self.name.clone());
+        let etag = self.etag.clone();
+        let mut task = AbortOnDrop(self.rt.handle().spawn(async move {
+            get_range(&*client, &path, &name, etag, offset..offset + n).await
+        }));
+        Box::pin(async move {
+            match (&mut task.0).await {
+                Ok(got) => got.map(Vec::from),
+                Err(e) => Err(io::Error::other(e)),
+            }
+        })
+    }
+
     fn read_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<usize>>) {
         // Each request is clamped to the object: the last buffer of a mapping may be partial.
         let spans: Vec<(u64, usize)> = reqs
@@ -232,6 +258,15 @@ impl Object for S3Object {
                 }
             }
         }
+    }
+}
+
+/// A task of the store's runtime that is aborted if its awaiting future is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
