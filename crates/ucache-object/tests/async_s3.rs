@@ -21,8 +21,7 @@ fn check(m: &Mapping, want: &[u8], i: u64, got: &[u8]) {
 
 #[test]
 fn many_async_misses_from_one_thread_match_an_independent_upload() {
-    let Some(ep) = endpoint("many_async_misses_from_one_thread_match_an_independent_upload")
-    else {
+    let Some(ep) = endpoint("many_async_misses_from_one_thread_match_an_independent_upload") else {
         return;
     };
     let key = unique("async");
@@ -69,10 +68,14 @@ fn many_async_misses_from_one_thread_match_an_independent_upload() {
     blocking.join().unwrap();
     let s = m.stats();
     assert_eq!(s.hits + s.misses + s.waits, tasks * per_task + 100, "{s:?}");
-    assert!(s.evictions > 0 && s.misses > 0 && s.read_failures == 0, "{s:?}");
+    assert!(
+        s.evictions > 0 && s.misses > 0 && s.read_failures == 0,
+        "{s:?}"
+    );
     // ensure_cached_async: a run of buffers, GETs in flight together.
     m.evict(0, m.len()).unwrap();
-    rt.block_on(m.ensure_cached_async(0, 16 * BS as u64)).unwrap();
+    rt.block_on(m.ensure_cached_async(0, 16 * BS as u64))
+        .unwrap();
     for i in 0..16 {
         check(&m, &want, i, &m.pin_shared(i).unwrap());
     }

@@ -155,11 +155,7 @@ mod tests {
         assert!(g.as_mut().poll(&mut cx).is_pending());
         drop(g);
         let key = s.key();
-        assert!(!shard(key)
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|(k, _)| *k == key));
+        assert!(!shard(key).lock().unwrap().iter().any(|(k, _)| *k == key));
         s.update(|w| Some(w.unpin_exclusive(false))).unwrap();
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
     }

@@ -14,9 +14,7 @@ use std::time::Duration;
 
 use common::within;
 use ucache::state::Phase;
-use ucache::store::{
-    FaultStore, FileStore, MemoryStore, Object, OpenOptions, ReadOwned, Store,
-};
+use ucache::store::{FaultStore, FileStore, MemoryStore, Object, OpenOptions, ReadOwned, Store};
 use ucache::{Cache, CacheOptions, Error, MapOptions, Mapping};
 
 const BS: usize = 4096;
@@ -98,7 +96,10 @@ fn many_async_pins_over_a_mapping_larger_than_the_budget() {
         let mem = Arc::new(MemoryStore::new());
         mem.insert("data", content(buffers));
         let stores: [(Arc<dyn Store>, String); 2] = [
-            (Arc::new(FileStore::new()), path.to_str().unwrap().to_string()),
+            (
+                Arc::new(FileStore::new()),
+                path.to_str().unwrap().to_string(),
+            ),
             (mem, "data".to_string()),
         ];
         for (store, name) in stores {
@@ -149,7 +150,10 @@ fn async_pins_on_a_multi_thread_runtime_and_ensure_cached() {
                 h.await.unwrap();
             }
             // ensure_cached over more than fits at once is refused, as the blocking one.
-            let e = map.ensure_cached_async(0, buffers * BS as u64).await.unwrap_err();
+            let e = map
+                .ensure_cached_async(0, buffers * BS as u64)
+                .await
+                .unwrap_err();
             assert!(matches!(e, Error::BadLength { .. }), "{e}");
             map.evict(0, buffers * BS as u64).unwrap();
             let before = map.stats();
@@ -208,7 +212,11 @@ impl Object for Gated {
     }
 }
 
-struct GatedStore(Arc<MemoryStore>, Arc<tokio::sync::Semaphore>, Arc<AtomicU64>);
+struct GatedStore(
+    Arc<MemoryStore>,
+    Arc<tokio::sync::Semaphore>,
+    Arc<AtomicU64>,
+);
 
 impl Store for GatedStore {
     fn open(&self, object: &str, o: OpenOptions) -> ucache::Result<Arc<dyn Object>> {
@@ -275,7 +283,11 @@ fn futures_dropped_mid_miss_undo_their_loads() {
         for i in (0..6).step_by(2).rev() {
             drop(loaders.remove(i));
         }
-        assert_eq!(cache.used(), 3 * BS as u64, "the cancelled claims gave their room back");
+        assert_eq!(
+            cache.used(),
+            3 * BS as u64,
+            "the cancelled claims gave their room back"
+        );
         for i in (0..6).step_by(2) {
             let w = map.state(i).unwrap();
             assert_eq!(w.phase(), Phase::Evicted, "{i}: {w:?}");

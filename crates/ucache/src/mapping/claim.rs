@@ -99,8 +99,13 @@ impl<'a> LoadClaim<'a> {
             buf[..n].copy_from_slice(&v[..n]);
             Ok(v.len())
         };
-        self.m
-            .fill_with(self.i, false, &mut self.filled, &mut Stopwatch::new(false), copy)
+        self.m.fill_with(
+            self.i,
+            false,
+            &mut self.filled,
+            &mut Stopwatch::new(false),
+            copy,
+        )
     }
 
     /// Makes the buffer resident as zeros, without a read ([`MappingCore::fill_zeros`]).

@@ -23,7 +23,11 @@ pub type ReadOwned = Pin<Box<dyn Future<Output = io::Result<Vec<u8>>> + Send + '
 
 /// The default [`Object::read_owned`]: the synchronous read on tokio's blocking pool, so a
 /// store without an async client still never blocks an executor thread.
-pub(super) fn on_blocking_pool<O: Object + ?Sized>(o: Arc<O>, offset: u64, len: usize) -> ReadOwned {
+pub(super) fn on_blocking_pool<O: Object + ?Sized>(
+    o: Arc<O>,
+    offset: u64,
+    len: usize,
+) -> ReadOwned {
     let task = tokio::task::spawn_blocking(move || {
         let mut v = vec![0u8; len];
         let n = o.read_at(&mut v, offset)?;
