@@ -460,9 +460,19 @@ impl BufferState {
             return self.load() == seen;
         }
         let marked = Word(seen.0 | WAITERS);
-        self.0
+        match self
+            .0
             .compare_exchange(seen.0, marked.0, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+        {
+            Ok(_) => true,
+            // Another waiter marked it first: unchanged all the same.
+            Err(cur) => cur == marked.0,
+        }
+    }
+
+    /// Whether the word is `seen` still, but for `W` (a waiter marking it is no change).
+    pub(crate) fn unchanged(&self, seen: Word) -> bool {
+        (self.0.load(Ordering::Acquire) | WAITERS) == (seen.0 | WAITERS)
     }
 
     #[cold]

@@ -63,7 +63,8 @@ pub(crate) fn wake(key: usize) {
     }
 }
 
-/// Resolves once buffer's word is no longer `seen`: the async [`BufferState::wait_change`].
+/// Resolves once the buffer's word is no longer `seen` (setting `W` is no change): the async
+/// [`BufferState::wait_change`].
 /// Dropped while pending, it takes its waker back out of the table.
 pub(crate) struct Changed<'a> {
     s: &'a BufferState,
@@ -95,7 +96,7 @@ impl Future for Changed<'_> {
         // A waker taken by a wake is gone from the table; any other is replaced, so each
         // pending poll leaves exactly one registration, of the latest waker.
         self.unregister();
-        if self.s.load() != self.seen {
+        if !self.s.unchanged(self.seen) {
             return Poll::Ready(());
         }
         register(self.s.key(), cx.waker());
