@@ -424,3 +424,27 @@ fn async_and_blocking_exclusive_pins_share_one_mapping() {
         assert!(s.evictions > 0 && s.waits > 0, "{s:?}");
     });
 }
+
+#[test]
+fn async_pins_on_pool_and_transparent_mappings() {
+    within("async pins, other placements", || {
+        let buffers = 2048u64;
+        let budget = 4u64 << 20; // a pool chunk is 2 MiB: half the mapping fits
+        let mem = Arc::new(MemoryStore::new());
+        mem.insert("data", content(buffers));
+        let mut options = vec![MapOptions::new().placement(ucache::Placement::Pool)];
+        if common::transparent_modes().contains(&true) {
+            options.push(MapOptions::new().transparent(true));
+        }
+        for o in options {
+            let cache = Cache::new(CacheOptions::new(budget)).unwrap();
+            let map = Arc::new(cache.map(mem.clone(), "data", o).unwrap());
+            many_tasks(map.clone(), 128, 40);
+            let s = map.stats();
+            assert_eq!(s.hits + s.misses + s.waits, 128 * 40, "{s:?}");
+            assert!(s.misses > 0 && s.read_failures == 0, "{s:?}");
+            assert!(s.evictions > 0, "the budget was exceeded: {s:?}");
+            assert_settled(&cache, &map, budget);
+        }
+    });
+}
