@@ -471,6 +471,7 @@ impl BufferState {
     }
 
     /// Whether the word is `seen` still, but for `W` (a waiter marking it is no change).
+    #[cfg(feature = "tokio")]
     pub(crate) fn unchanged(&self, seen: Word) -> bool {
         (self.0.load(Ordering::Acquire) | WAITERS) == (seen.0 | WAITERS)
     }
