@@ -448,3 +448,45 @@ fn async_pins_on_pool_and_transparent_mappings() {
         }
     });
 }
+
+/// Counts this thread's allocations, for the hit path's check.
+struct Counting;
+
+std::thread_local! {
+    static ALLOCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator unchanged; the counter is a const-initialized
+// thread-local Cell, which never allocates.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { std::alloc::System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        // SAFETY: forwarded with the caller's pointer and layout.
+        unsafe { std::alloc::System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+#[test]
+fn an_async_hit_is_ready_at_once_without_allocating() {
+    let mem = Arc::new(MemoryStore::new());
+    mem.insert("data", content(4));
+    let cache = Cache::new(CacheOptions::new(16 * BS as u64).batch(1)).unwrap();
+    let map = cache.map(mem, "data", MapOptions::new()).unwrap();
+    drop(map.pin_shared(2).unwrap());
+    let before = ALLOCS.with(|c| c.get());
+    let mut f = std::pin::pin!(map.pin_shared_async(2));
+    let Poll::Ready(g) = poll_once(f.as_mut()) else {
+        panic!("a hit waited")
+    };
+    let allocs = ALLOCS.with(|c| c.get()) - before;
+    check(2, &g.unwrap());
+    assert_eq!(allocs, 0, "the hit allocated");
+    assert_eq!(map.stats().hits, 1);
+}
