@@ -28,6 +28,9 @@ export UCACHE_S3_REQUIRED=1
 # libucache.so/.a and libucache_preload.so, which `cargo test` does not build (neither crate
 # has a Rust library to link the tests with).
 cargo build -p ucache-capi -p ucache-preload
+# The workspace build has ucache's `tokio` feature on (ucache-object enables it), so the async
+# pins' tests (crates/ucache/tests/async_pins.rs, ucache-object's async_s3.rs) run here; the
+# core without the feature is built and linted by `cargo clippy -p ucache` in .ci/run.
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 # The rustdoc of every crate builds without a warning (broken links included).

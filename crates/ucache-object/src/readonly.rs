@@ -52,6 +52,25 @@ pub struct S3Object {
     in_flight: usize,
     coalesce_limit: usize,
     gets: AtomicU64,
+    in_flight_now: Arc<AtomicU64>,
+    in_flight_peak: Arc<AtomicU64>,
+}
+
+/// One GET in flight, counted from its start to its end (or its abort).
+struct InFlight(Arc<AtomicU64>);
+
+impl InFlight {
+    fn enter(now: &Arc<AtomicU64>, peak: &AtomicU64) -> InFlight {
+        let n = now.fetch_add(1, Ordering::Relaxed) + 1;
+        peak.fetch_max(n, Ordering::Relaxed);
+        InFlight(now.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl S3Object {
@@ -85,6 +104,8 @@ impl S3Object {
             in_flight: cfg.in_flight(),
             coalesce_limit: cfg.coalesce_bytes(),
             gets: AtomicU64::new(0),
+            in_flight_now: Arc::default(),
+            in_flight_peak: Arc::default(),
         })
     }
 
@@ -92,6 +113,18 @@ impl S3Object {
     /// misses cost in requests, which is what S3 bills.
     pub fn gets(&self) -> u64 {
         self.gets.load(Ordering::Relaxed)
+    }
+
+    /// The most GETs this object had in flight at once so far (blocking batches and async
+    /// reads alike): what a benchmark of concurrent misses reports.
+    pub fn peak_gets_in_flight(&self) -> u64 {
+        self.in_flight_peak.load(Ordering::Relaxed)
+    }
+
+    /// Starts [`S3Object::peak_gets_in_flight`] over from the GETs in flight now.
+    pub fn reset_peak_gets_in_flight(&self) {
+        let now = self.in_flight_now.load(Ordering::Relaxed);
+        self.in_flight_peak.store(now, Ordering::Relaxed);
     }
 
     /// The ETag the object had when it was opened.
@@ -128,8 +161,10 @@ impl S3Object {
                     let name = self.name.clone();
                     let etag = self.etag.clone();
                     let sem = sem.clone();
+                    let (now, peak) = (self.in_flight_now.clone(), self.in_flight_peak.clone());
                     self.rt.handle().spawn(async move {
                         let _slot = sem.acquire_owned().await;
+                        let _counted = InFlight::enter(&now, &peak);
                         get_range(&*client, &path, &name, etag, r).await
                     })
                 })
@@ -202,6 +237,34 @@ impl Object for S3Object {
         Ok(())
     }
 
+    /// The async miss's read ([`ucache::Mapping::pin_shared_async`]): one ranged GET, with
+    /// the same ETag and length checks as a batch, run on this store's runtime and awaited
+    /// from the caller's, so the caller's thread is free while it is in flight. Not on the
+    /// caller's runtime itself: the client's pooled connections live on the runtime that
+    /// opened them, and one opened on a caller's runtime would stall every later read (the
+    /// blocking ones included) once that runtime stops being driven. A dropped future aborts
+    /// its GET.
+    fn read_owned(self: Arc<Self>, offset: u64, len: usize) -> ucache::store::ReadOwned {
+        let n = (len as u64).min(self.len.saturating_sub(offset));
+        if n == 0 {
+            return Box::pin(async { Ok(Vec::new()) });
+        }
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        let (client, path, name) = (self.client.clone(), self.path.clone(), self.name.clone());
+        let etag = self.etag.clone();
+        let (now, peak) = (self.in_flight_now.clone(), self.in_flight_peak.clone());
+        let mut task = AbortOnDrop(self.rt.handle().spawn(async move {
+            let _counted = InFlight::enter(&now, &peak);
+            get_range(&*client, &path, &name, etag, offset..offset + n).await
+        }));
+        Box::pin(async move {
+            match (&mut task.0).await {
+                Ok(got) => got.map(Vec::from),
+                Err(e) => Err(io::Error::other(e)),
+            }
+        })
+    }
+
     fn read_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<usize>>) {
         // Each request is clamped to the object: the last buffer of a mapping may be partial.
         let spans: Vec<(u64, usize)> = reqs
@@ -232,6 +295,15 @@ impl Object for S3Object {
                 }
             }
         }
+    }
+}
+
+/// A task of the store's runtime that is aborted if its awaiting future is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

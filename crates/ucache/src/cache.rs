@@ -638,17 +638,7 @@ impl CacheCore {
             }
             let since = *stuck_since.get_or_insert_with(Instant::now);
             if since.elapsed() > self.budget_wait {
-                // Dirty buffers that could not be written back (ENOSPC, a store that is down)
-                // are the cause to report, not the full budget they hold.
-                if let Some((failed, first)) = take_writeback_failure() {
-                    return Err(Error::WritebackFailed {
-                        failed,
-                        first: Box::new(first),
-                    });
-                }
-                return Err(Error::BudgetExhausted {
-                    used: self.used.load(Ordering::Relaxed),
-                });
+                return Err(self.gave_up());
             }
             spins += 1;
             if spins < 4 || !crate::sync::CAN_PARK {
@@ -657,6 +647,36 @@ impl CacheCore {
                 std::thread::sleep(Duration::from_micros(50 * spins.min(20) as u64));
             }
         }
+    }
+
+    /// The error of a load that found no memory for `budget_wait`. Dirty buffers that could
+    /// not be written back (ENOSPC, a store that is down) are the cause to report, not the
+    /// full budget they hold.
+    fn gave_up(&self) -> Error {
+        if let Some((failed, first)) = take_writeback_failure() {
+            return Error::WritebackFailed {
+                failed,
+                first: Box::new(first),
+            };
+        }
+        Error::BudgetExhausted {
+            used: self.used.load(Ordering::Relaxed),
+        }
+    }
+
+    /// For a load that must not block while it waits for memory (the async miss, which
+    /// sleeps between tries instead): counts the stall on the first call (`since` unset) and
+    /// fails as [`CacheCore::reserve`] would once `budget_wait` has passed since then.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn still_waiting(&self, since: &mut Option<Instant>) -> Result<()> {
+        let t = *since.get_or_insert_with(|| {
+            self.stats.add(Counter::BudgetStalls, 1);
+            Instant::now()
+        });
+        if t.elapsed() > self.budget_wait {
+            return Err(self.gave_up());
+        }
+        Ok(())
     }
 
     /// As [`CacheCore::reserve`], but gives up as soon as an eviction round frees nothing.

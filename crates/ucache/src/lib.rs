@@ -36,6 +36,8 @@ pub mod store;
 mod sync;
 mod typed;
 mod uffd;
+#[cfg(feature = "tokio")]
+mod wakers;
 
 // The public surface, by what a program does with it.
 // A cache and how it is built (its tuning constants are associated constants of

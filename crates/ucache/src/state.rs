@@ -437,15 +437,10 @@ impl BufferState {
         if !sync::CAN_PARK {
             return;
         }
-        let marked = Word(seen.0 | WAITERS);
-        if !seen.has_waiters()
-            && self
-                .0
-                .compare_exchange(seen.0, marked.0, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-        {
+        if !self.mark_waiters(seen) {
             return;
         }
+        let marked = Word(seen.0 | WAITERS);
         let key = self.key();
         // SAFETY: `park` requires that validate and before_sleep do not panic or call park
         // themselves; ours only load an atomic. The key is this word's address, which lives as
@@ -462,15 +457,41 @@ impl BufferState {
         }
     }
 
+    /// Sets `W` on a word that is still `seen`, before its waiter sleeps: false if the word
+    /// has changed since (the waiter looks again instead). Whoever clears `W` wakes it.
+    pub(crate) fn mark_waiters(&self, seen: Word) -> bool {
+        if seen.has_waiters() {
+            return self.load() == seen;
+        }
+        let marked = Word(seen.0 | WAITERS);
+        match self
+            .0
+            .compare_exchange(seen.0, marked.0, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            // Another waiter marked it first: unchanged all the same.
+            Err(cur) => cur == marked.0,
+        }
+    }
+
+    /// Whether the word is `seen` still, but for `W` (a waiter marking it is no change).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn unchanged(&self, seen: Word) -> bool {
+        (self.0.load(Ordering::Acquire) | WAITERS) == (seen.0 | WAITERS)
+    }
+
     #[cold]
     fn wake(&self) {
         // SAFETY: the key is this word's address; unpark_all only touches parking_lot's queues.
         unsafe {
             parking_lot_core::unpark_all(self.key(), parking_lot_core::DEFAULT_UNPARK_TOKEN);
         }
+        // Tasks waiting on the word (the async API) under the same key.
+        #[cfg(feature = "tokio")]
+        crate::wakers::wake(self.key());
     }
 
-    fn key(&self) -> usize {
+    pub(crate) fn key(&self) -> usize {
         &self.0 as *const AtomicU64 as usize
     }
 }

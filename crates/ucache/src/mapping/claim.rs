@@ -89,6 +89,25 @@ impl<'a> LoadClaim<'a> {
         self.m.fill(self.i, writable, &mut self.filled, sw)
     }
 
+    /// Fills the buffer from bytes already read (an async miss's), as
+    /// [`MappingCore::fill_with`]: `got` is what [`crate::store::Object::read_owned`] returned.
+    #[cfg(feature = "tokio")]
+    pub(super) fn fill_from(&mut self, got: std::io::Result<Vec<u8>>) -> Result<()> {
+        let copy = |buf: &mut [u8]| {
+            let v = got?;
+            let n = v.len().min(buf.len());
+            buf[..n].copy_from_slice(&v[..n]);
+            Ok(v.len())
+        };
+        self.m.fill_with(
+            self.i,
+            false,
+            &mut self.filled,
+            &mut Stopwatch::new(false),
+            copy,
+        )
+    }
+
     /// Makes the buffer resident as zeros, without a read ([`MappingCore::fill_zeros`]).
     pub(super) fn fill_zeros(&mut self, writable: bool) -> Result<()> {
         self.m.fill_zeros(self.i, writable, &mut self.filled)

@@ -143,17 +143,31 @@ impl MappingCore {
         sw: &mut Stopwatch,
     ) -> Result<()> {
         let off = self.object_offset(i);
+        self.fill_with(i, writable, filled, sw, |buf| self.object.read_at(buf, off))
+    }
+
+    /// [`MappingCore::fill`] with the bytes from `read`, which fills the buffer-sized slice
+    /// it is given as [`crate::store::Object::read_at`] would (the async miss copies in bytes
+    /// it already has).
+    pub(super) fn fill_with(
+        &self,
+        i: u64,
+        writable: bool,
+        filled: &mut bool,
+        sw: &mut Stopwatch,
+        read: impl FnOnce(&mut [u8]) -> std::io::Result<usize>,
+    ) -> Result<()> {
         if !self.home.is_transparent() {
             *filled = true;
             // SAFETY: buffer i is Loading and ours, and its room taken: no other thread
             // touches its memory until we publish it.
             let buf = unsafe { std::slice::from_raw_parts_mut(self.ptr(i), self.bs) };
-            return self.check_read(i, self.object.read_at(buf, off));
+            return self.check_read(i, read(buf));
         }
         with_staging(self.bs, |p| {
             // SAFETY: the staging area is this thread's and at least bs long.
             let buf = unsafe { std::slice::from_raw_parts_mut(p, self.bs) };
-            let got = self.object.read_at(buf, off);
+            let got = read(buf);
             sw.lap(self.stats(), Counter::FaultIoNs);
             self.check_read(i, got.map(|n| zero_tail(buf, n)))?;
             *filled = true;

@@ -11,7 +11,7 @@ use crate::io_worker::Job;
 
 impl MappingCore {
     /// `indices` sorted and without repeats, or the error for the first one past the end.
-    fn distinct(&self, indices: &[u64]) -> Result<Vec<u64>> {
+    pub(super) fn distinct(&self, indices: &[u64]) -> Result<Vec<u64>> {
         for &i in indices {
             self.check_index(i)?;
         }

@@ -7,13 +7,26 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::claim::LoadClaim;
 use super::MappingCore;
 use crate::error::{Error, Result};
-use crate::fault::FaultHandling;
 use crate::guard::{ExclusiveGuard, OptimisticView, SharedGuard};
 use crate::state::{BufferState, Phase, Pin, Word};
 use crate::stats::Counter;
 use crate::stopwatch::Stopwatch;
+
+/// What a pin must do next after [`MappingCore::pin_step`] (the word it saw, where it is not
+/// done).
+pub(super) enum Step {
+    /// The pin is taken (or, for `Pin::None`, the buffer is cached).
+    Pinned,
+    /// The buffer is evicted and idle: try to claim and load it.
+    Load(Word),
+    /// The buffer is set aside and idle: try to bring it back.
+    Restore(Word),
+    /// Another thread moves the buffer (loads, evicts, writes or holds it): wait for a change.
+    Wait(Word),
+}
 
 impl MappingCore {
     pub(crate) fn pin_shared(self: &Arc<Self>, i: u64) -> Result<SharedGuard<'_>> {
@@ -46,11 +59,7 @@ impl MappingCore {
             return Err(Error::ReadOnly);
         }
         self.pin(s, i, Pin::Exclusive)?;
-        if self.home.is_transparent() && self.fault_handling != FaultHandling::OnFaultingThread {
-            self.open_for_holder(s, i)?;
-        }
-        // SAFETY: we hold the exclusive pin: nobody else reads or writes the buffer until unpin.
-        Ok(unsafe { ExclusiveGuard::new(self, i, self.ptr(i), self.valid(i)) })
+        self.exclusive_guard(i)
     }
 
     /// Lifts the write protection of a clean buffer just pinned exclusively, and marks it
@@ -80,19 +89,62 @@ impl MappingCore {
     /// Pins buffer `i`, loading it if needed. The heart of the hit and miss paths.
     #[inline]
     fn pin(self: &Arc<Self>, s: &BufferState, i: u64, pin: Pin) -> Result<()> {
-        if pin == Pin::Shared {
-            if let Some(old) = s.pin_shared_fast() {
-                self.stats().add(Counter::Hits, 1);
-                self.on_hit(i, old);
-                return Ok(());
+        if pin == Pin::Shared && self.pin_hit(s, i) {
+            return Ok(());
+        }
+        let mut waited = false;
+        loop {
+            match self.pin_step(s, i, pin, waited) {
+                Step::Pinned => return Ok(()),
+                Step::Load(w) => {
+                    if self.load_one(i, w, pin, false, &mut Stopwatch::new(false))? {
+                        self.after_miss(i);
+                        return Ok(());
+                    }
+                }
+                Step::Restore(w) => {
+                    if self.restore(i, w, pin, false, &mut Stopwatch::new(false))? {
+                        return Ok(());
+                    }
+                }
+                Step::Wait(w) => {
+                    self.self_wait(i)?;
+                    waited = true;
+                    s.wait_change(w);
+                }
             }
         }
+    }
+
+    /// The hit path of a shared pin: one atomic add, and the hit's hooks.
+    #[inline]
+    pub(super) fn pin_hit(&self, s: &BufferState, i: u64) -> bool {
+        match s.pin_shared_fast() {
+            Some(old) => {
+                self.stats().add(Counter::Hits, 1);
+                self.on_hit(i, old);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// One look at buffer `i`'s word for a pin (`Pin::None`: for the buffer to be cached):
+    /// takes the pin if it can be had now, else says what the caller must do next. The loop
+    /// around it is the blocking pin's or the async pin's (`pin_async.rs`); `waited` counts a
+    /// pin taken after a wait as a wait, not a hit.
+    pub(super) fn pin_step(&self, s: &BufferState, i: u64, pin: Pin, waited: bool) -> Step {
         let mut w = s.load();
-        let mut waited = false;
         loop {
             let next = match pin {
                 Pin::Shared => w.pin_shared(),
-                _ => w.pin_exclusive(),
+                Pin::Exclusive => w.pin_exclusive(),
+                // Cached is all the caller wants: nothing to take.
+                Pin::None if w.phase() == Phase::Cached => {
+                    self.stats().add(Counter::Hits, 1);
+                    return Step::Pinned;
+                }
+                Pin::None => None,
             };
             if let Some(n) = next {
                 match s.cas(w, n) {
@@ -104,7 +156,7 @@ impl MappingCore {
                         };
                         self.stats().add(c, 1);
                         self.on_hit(i, w);
-                        return Ok(());
+                        return Step::Pinned;
                     }
                     Err(cur) => {
                         w = cur;
@@ -112,21 +164,13 @@ impl MappingCore {
                     }
                 }
             }
-            if w.phase() == Phase::Evicted && w.idle() {
-                if self.load_one(i, w, pin, false, &mut Stopwatch::new(false))? {
-                    self.after_miss(i);
-                    return Ok(());
-                }
+            return if w.phase() == Phase::Evicted && w.idle() {
+                Step::Load(w)
             } else if w.phase() == Phase::Aside && w.idle() {
-                if self.restore(i, w, pin, false, &mut Stopwatch::new(false))? {
-                    return Ok(());
-                }
+                Step::Restore(w)
             } else {
-                self.self_wait(i)?;
-                waited = true;
-                s.wait_change(w);
-            }
-            w = s.load();
+                Step::Wait(w)
+            };
         }
     }
 
@@ -164,12 +208,23 @@ impl MappingCore {
         claim.take_room(true)?;
         sw.lap(self.stats(), Counter::FaultEvictNs);
         claim.fill(dirty, sw)?;
-        self.stats().record_miss_latency(sw.since(t0));
+        self.publish_miss(claim, pin, dirty, sw.since(t0));
+        sw.lap(self.stats(), Counter::FaultBookkeepingNs);
+        Ok(true)
+    }
+
+    /// The end of a demand miss, blocking or async: counted, then published holding `pin`.
+    pub(super) fn publish_miss(
+        &self,
+        claim: LoadClaim<'_>,
+        pin: Pin,
+        dirty: bool,
+        latency: std::time::Duration,
+    ) {
+        self.stats().record_miss_latency(latency);
         self.stats().add(Counter::Misses, 1);
         self.stats().add(Counter::BytesRead, self.bs as u64);
         claim.publish(pin, false, dirty);
-        sw.lap(self.stats(), Counter::FaultBookkeepingNs);
-        Ok(true)
     }
 
     pub(super) fn check_read(&self, i: u64, got: io::Result<usize>) -> Result<()> {

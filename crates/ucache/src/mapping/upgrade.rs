@@ -94,7 +94,7 @@ impl<'a> OptimisticRead<'a> {
 impl MappingCore {
     /// The guard of an exclusive pin just taken on buffer `i`, after what a transparent
     /// mapping in handler-thread mode needs (see `open_for_holder`).
-    fn exclusive_guard(&self, i: u64) -> Result<ExclusiveGuard<'_>> {
+    pub(super) fn exclusive_guard(&self, i: u64) -> Result<ExclusiveGuard<'_>> {
         if self.home.is_transparent()
             && self.fault_handling != crate::fault::FaultHandling::OnFaultingThread
         {

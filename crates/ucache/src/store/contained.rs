@@ -23,7 +23,7 @@ use super::{IoBuf, Object};
 /// An [`Object`] whose panics come back as IO errors.
 pub(crate) struct Contained(pub(crate) Arc<dyn Object>);
 
-fn panicked(p: &(dyn Any + Send)) -> io::Error {
+pub(super) fn panicked(p: &(dyn Any + Send)) -> io::Error {
     let what = p
         .downcast_ref::<&str>()
         .copied()
@@ -61,6 +61,10 @@ impl Object for Contained {
     }
     fn sync(&self) -> io::Result<()> {
         contain(|| self.0.sync())
+    }
+    #[cfg(feature = "tokio")]
+    fn read_owned(self: Arc<Self>, offset: u64, len: usize) -> super::ReadOwned {
+        super::owned::contained(&self.0, offset, len)
     }
 
     fn read_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<usize>>) {

@@ -30,6 +30,8 @@ mod contained;
 mod fault;
 mod file;
 mod memory;
+#[cfg(feature = "tokio")]
+mod owned;
 #[cfg(test)]
 mod testutil;
 mod uring;
@@ -38,6 +40,8 @@ pub(crate) use contained::Contained;
 pub use fault::{FaultConfig, FaultObject, FaultStore};
 pub use file::{FileObject, FileStore};
 pub use memory::MemoryStore;
+#[cfg(feature = "tokio")]
+pub use owned::ReadOwned;
 pub use uring::{UringObject, UringOptions, UringStore};
 
 /// How to open an object.
@@ -266,6 +270,21 @@ pub trait Object: Send + Sync + 'static {
                 done(r, got);
             }
         }
+    }
+
+    /// (Feature `tokio`.) Reads `len` bytes at `offset` without blocking the calling thread,
+    /// into memory the future owns: the async pins' miss ([`crate::Mapping::pin_shared_async`]).
+    /// The bytes are as [`Object::read_at`] would read them (fewer only at the end of the
+    /// object). The future may be dropped before it finishes (a cancelled task); it must then
+    /// stop, or finish harmlessly, on its own memory.
+    ///
+    /// The default runs [`Object::read_at`] on tokio's blocking pool (`spawn_blocking`), so it
+    /// must be polled inside a tokio runtime. Stores with an async client (an object store's
+    /// HTTP requests) override it to await their client directly, so a miss then occupies no
+    /// thread at all while it waits.
+    #[cfg(feature = "tokio")]
+    fn read_owned(self: Arc<Self>, offset: u64, len: usize) -> ReadOwned {
+        owned::on_blocking_pool(self, offset, len)
     }
 
     /// Writes a batch; `out[i]` receives the result of `reqs[i]`. The requests are lent by
