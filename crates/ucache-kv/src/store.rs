@@ -123,6 +123,9 @@ impl WriteBatch {
     }
 }
 
+/// A range iterator of a [`Kv`] ([`Kv::range`]).
+pub type Cursor<'a> = tree::Cursor<'a, Mapping>;
+
 /// A B+tree key-value store on a ucache mapping. Share it between threads by reference (it is
 /// `Sync`): reads run in parallel with each other and with the one writer.
 pub struct Kv {
@@ -249,6 +252,15 @@ impl Kv {
             return Ok(Vec::new());
         }
         tree::scan(&self.map, from, to, dir, limit)
+    }
+
+    /// An iterator over the entries with `from <= key < to` (unbounded where `None`) in
+    /// direction `dir`, one leaf read at a time: it holds no pin or lock between leaves, so it
+    /// may live as long as the caller likes beside writers and eviction. The same isolation as
+    /// [`Kv::scan`]: every entry is a committed value of its key, in order, and keys present for
+    /// the whole iteration are returned exactly once.
+    pub fn range(&self, from: Option<&[u8]>, to: Option<&[u8]>, dir: Direction) -> Cursor<'_> {
+        tree::Cursor::new(&self.map, from, to, dir, usize::MAX)
     }
 
     /// Inserts or replaces one value (a batch of one).
