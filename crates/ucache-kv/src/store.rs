@@ -484,6 +484,12 @@ impl Kv {
         Ok(self.map.read_optimistic(0, |v| crate::meta::next_page(v))?)
     }
 
+    /// Nanoseconds threads have spent waiting for the log to be written and synced (commits,
+    /// and write-backs held for the write-ahead rule), summed over threads.
+    pub fn log_wait_ns(&self) -> u64 {
+        self.wal.wait_ns()
+    }
+
     /// Bytes in the log since the last checkpoint.
     pub fn log_bytes(&self) -> u64 {
         self.wal.log_bytes()

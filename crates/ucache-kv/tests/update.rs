@@ -61,9 +61,9 @@ fn an_error_writes_nothing() {
     let r: Result<(), _> = kv.update(|t| {
         t.put(&k(1), b"b");
         t.put(&k(2), b"c");
-        Err(KvError::Corrupt("the caller gave up".into()))
+        Err(KvError::Aborted("the caller gave up".into()))
     });
-    assert!(matches!(r, Err(KvError::Corrupt(_))));
+    assert!(matches!(r, Err(KvError::Aborted(_))));
     // A value too large is refused at commit, with nothing written either.
     let big = vec![0u8; kv.max_value_len() + 1];
     let r = kv.update(|t| {

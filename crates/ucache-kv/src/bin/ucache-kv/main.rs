@@ -8,6 +8,8 @@
 
 mod mmap;
 mod systems;
+mod tpcc;
+mod tpcc_bench;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -26,7 +28,8 @@ use systems::{KvMmap, KvUcache, Lmdb, System};
 use ucache_kv::Placement;
 
 const SYSTEMS: [&str; 4] = ["kv-ucache-pool", "kv-ucache-inplace", "kv-mmap", "lmdb"];
-const SLACK: u64 = 8 << 20;
+/// Memory the cgroup allows beyond the budget, for the process itself.
+pub const SLACK: u64 = 8 << 20;
 
 #[derive(Parser)]
 #[command(name = "ucache-kv", about = "The ucache-kv store's benchmark")]
@@ -42,6 +45,11 @@ enum Cmd {
     /// One measurement (run by `bench`).
     #[command(hide = true)]
     Worker(WorkerArgs),
+    /// TPC-C on each placement, in memory and out of memory.
+    Tpcc(tpcc_bench::TpccArgs),
+    /// One TPC-C measurement or load (run by `tpcc`).
+    #[command(hide = true)]
+    TpccWorker(tpcc_bench::TpccWorkerArgs),
 }
 
 #[derive(Parser, Clone)]
@@ -196,8 +204,15 @@ fn worker(a: WorkerArgs) {
 }
 
 fn run_worker(args: &[String]) -> Option<Measurement> {
+    let mut all = vec!["worker".to_string()];
+    all.extend_from_slice(args);
+    run_worker_raw(&all)
+}
+
+/// Runs this binary with `args` (a worker subcommand and its arguments) and parses the
+/// `RESULT` line it prints; `None` (with the worker's error printed) if it failed.
+pub fn run_worker_raw<T: serde::de::DeserializeOwned>(args: &[String]) -> Option<T> {
     let out = Command::new(std::env::current_exe().unwrap())
-        .arg("worker")
         .args(args)
         .output()
         .expect("spawn worker");
@@ -446,5 +461,7 @@ fn main() {
     match Cli::parse().cmd {
         Cmd::Bench(a) => bench(a),
         Cmd::Worker(a) => worker(a),
+        Cmd::Tpcc(a) => tpcc_bench::bench(a),
+        Cmd::TpccWorker(a) => tpcc_bench::worker(a),
     }
 }
