@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::*;
@@ -177,7 +177,7 @@ fn cursors_beside_writers(s: Setup) {
                             }
                         }
                         let version = check_value(n, &v, len);
-                        if n % 2 == 0 {
+                        if n.is_multiple_of(2) {
                             assert!(
                                 version >= floor[(n - first) as usize],
                                 "key {n}: version {version} older than one committed before"
@@ -230,12 +230,14 @@ fn cursors_beside_writers(s: Setup) {
     for (k, v) in &fwd {
         let n = number(k);
         let version = check_value(n, v, len);
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             assert_eq!(version, done[n as usize].load(Ordering::SeqCst));
         }
     }
     assert_eq!(
-        fwd.iter().filter(|(k, _)| number(k) % 2 == 0).count() as u64,
+        fwd.iter()
+            .filter(|(k, _)| number(k).is_multiple_of(2))
+            .count() as u64,
         keys / 2
     );
 }

@@ -54,8 +54,10 @@ impl System for KvUcache {
         self.0
             .range(Some(start), None, ucache_kv::Direction::Forward)
             .take(len)
-            .map(|e| std::hint::black_box(e.expect("scan")))
-            .count()
+            .fold(0, |n, e| {
+                std::hint::black_box(e.expect("scan"));
+                n + 1
+            })
     }
     fn update(&self, key: &[u8], value: &[u8]) {
         self.0.put(key, value).expect("put")
@@ -128,11 +130,11 @@ impl System for Lmdb {
             .unwrap()
             .take(len)
             // Copied out, as the store's scan returns them.
-            .map(|e| {
+            .fold(0, |n, e| {
                 let (k, v) = e.unwrap();
-                std::hint::black_box((k.to_vec(), v.to_vec()))
+                std::hint::black_box((k.to_vec(), v.to_vec()));
+                n + 1
             })
-            .count()
     }
     fn update(&self, key: &[u8], value: &[u8]) {
         let mut w = self.env.write_txn().unwrap();
