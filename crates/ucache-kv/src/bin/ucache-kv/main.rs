@@ -218,7 +218,8 @@ pub fn run_worker_raw<T: serde::de::DeserializeOwned>(args: &[String]) -> Option
         .expect("spawn worker");
     if !out.status.success() {
         eprintln!(
-            "worker {args:?} failed: {}",
+            "worker {args:?} failed ({}): {}",
+            out.status,
             String::from_utf8_lossy(&out.stderr)
         );
         return None;
