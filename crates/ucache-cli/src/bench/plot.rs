@@ -123,8 +123,9 @@ fn draw_bars<DB: DrawingBackend>(
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(80)
-        // A segmented range over 0..k has k+1 segments, so k = len-1 gives one per bar.
-        .build_cartesian_2d((0..bars.len() - 1).into_segmented(), 0f64..ymax)?;
+        // A segmented range over 0..k has k+1 segments, so k = len-1 gives one per bar; but
+        // 0..0 draws no segment at all, so a lone bar gets a second, empty segment.
+        .build_cartesian_2d((0..bars.len().max(2) - 1).into_segmented(), 0f64..ymax)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -176,6 +177,37 @@ mod tests {
     use super::*;
     use crate::bench::report::{summarize, RunResult};
     use crate::bench::system::SystemKind;
+
+    #[test]
+    fn writes_panels_each_with_its_title_and_bars() {
+        let bar = |name: &str, value: f64| Bar {
+            name: name.into(),
+            value,
+            reps: vec![value * 0.9, value * 1.1],
+            note: " (1.50x)".into(),
+        };
+        let panels = vec![
+            (
+                "ycsb-e, out-of-memory".to_string(),
+                vec![bar("kv-ucache-pool", 3e4), bar("lmdb", 2e4)],
+            ),
+            ("ycsb-f, in-memory".to_string(), vec![bar("kv-mmap", 5e5)]),
+        ];
+        let path = std::env::temp_dir().join(format!("ucache-panels-{}.svg", std::process::id()));
+        write_panels(&path, (1240, 420), (1, 2), &panels, "ops/s").unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        for text in [
+            "ycsb-e, out-of-memory",
+            "ycsb-f, in-memory",
+            "kv-ucache-pool",
+            "lmdb",
+            "kv-mmap",
+            "(1.50x)",
+        ] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+    }
 
     #[test]
     fn writes_an_svg_with_every_system() {
