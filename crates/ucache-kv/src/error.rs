@@ -30,6 +30,10 @@ pub enum KvError {
     /// kernel may have dropped what it had not synced); reopening recovers from what is durable.
     #[error("write-ahead log failed: {0}")]
     LogFailed(String),
+    /// A [`crate::Kv::update`] transaction's own function gave up (a business rule, as
+    /// TPC-C's New-Order rolling back on an unknown item); nothing of it was written.
+    #[error("transaction aborted: {0}")]
+    Aborted(String),
     /// The cache or its store failed (an IO error reading a page, memory exhausted).
     #[error(transparent)]
     Cache(#[from] ucache::Error),

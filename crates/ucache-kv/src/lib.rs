@@ -41,6 +41,6 @@ pub mod txn;
 pub mod wal;
 
 pub use error::{KvError, Result};
-pub use store::{Kv, KvOptions, Op, WriteBatch, DEFAULT_PLACEMENT, POOL_CHUNK};
+pub use store::{Cursor, Kv, KvOptions, Op, Txn, WriteBatch, DEFAULT_PLACEMENT, POOL_CHUNK};
 pub use tree::Direction;
 pub use ucache::Placement;

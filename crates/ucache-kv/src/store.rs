@@ -123,6 +123,89 @@ impl WriteBatch {
     }
 }
 
+/// A read-write transaction in progress ([`Kv::update`]): its writes, kept aside until it
+/// commits, and its reads, which see them.
+pub struct Txn<'a> {
+    kv: &'a Kv,
+    batch: WriteBatch,
+    /// This transaction's writes by key: the last value put, or `None` for a delete.
+    own: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+}
+
+impl Txn<'_> {
+    /// `key`'s value as this transaction sees it.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.own.get(key) {
+            Some(v) => Ok(v.clone()),
+            None => self.kv.get(key),
+        }
+    }
+
+    pub fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.batch.put(key, value);
+        self.own.insert(key.to_vec(), Some(value.to_vec()));
+    }
+
+    pub fn delete(&mut self, key: &[u8]) {
+        self.batch.delete(key);
+        self.own.insert(key.to_vec(), None);
+    }
+
+    /// As [`Kv::scan`], with this transaction's own writes merged in.
+    pub fn scan(
+        &self,
+        from: Option<&[u8]>,
+        to: Option<&[u8]>,
+        dir: Direction,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        use std::ops::Bound;
+        let bounds = (
+            from.map_or(Bound::Unbounded, Bound::Included),
+            to.map_or(Bound::Unbounded, Bound::Excluded),
+        );
+        if matches!((from, to), (Some(f), Some(t)) if f >= t) || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let own = self.own.range::<[u8], _>(bounds);
+        let mut own: Box<dyn Iterator<Item = _>> = match dir {
+            Direction::Forward => Box::new(own),
+            Direction::Backward => Box::new(own.rev()),
+        };
+        let mut stored = self.kv.range(from, to, dir);
+        // "a comes before b" in the scan's direction.
+        let before = |a: &[u8], b: &[u8]| match dir {
+            Direction::Forward => a < b,
+            Direction::Backward => a > b,
+        };
+        let mut out = Vec::new();
+        let (mut o, mut s) = (own.next(), stored.next().transpose()?);
+        while out.len() < limit {
+            match (&o, &s) {
+                (None, None) => break,
+                (Some((ok, ov)), sv) if sv.as_ref().is_none_or(|(sk, _)| !before(sk, ok)) => {
+                    // Ours wins: it shadows a stored entry of the same key.
+                    if sv.as_ref().is_some_and(|(sk, _)| sk == *ok) {
+                        s = stored.next().transpose()?;
+                    }
+                    if let Some(v) = ov {
+                        out.push((ok.to_vec(), v.clone()));
+                    }
+                    o = own.next();
+                }
+                _ => {
+                    out.push(s.take().expect("a stored entry"));
+                    s = stored.next().transpose()?;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A range iterator of a [`Kv`] ([`Kv::range`]).
+pub type Cursor<'a> = tree::Cursor<'a, Mapping>;
+
 /// A B+tree key-value store on a ucache mapping. Share it between threads by reference (it is
 /// `Sync`): reads run in parallel with each other and with the one writer.
 pub struct Kv {
@@ -251,6 +334,15 @@ impl Kv {
         tree::scan(&self.map, from, to, dir, limit)
     }
 
+    /// An iterator over the entries with `from <= key < to` (unbounded where `None`) in
+    /// direction `dir`, one leaf read at a time: it holds no pin or lock between leaves, so it
+    /// may live as long as the caller likes beside writers and eviction. The same isolation as
+    /// [`Kv::scan`]: every entry is a committed value of its key, in order, and keys present for
+    /// the whole iteration are returned exactly once.
+    pub fn range(&self, from: Option<&[u8]>, to: Option<&[u8]>, dir: Direction) -> Cursor<'_> {
+        tree::Cursor::new(&self.map, from, to, dir, usize::MAX)
+    }
+
     /// Inserts or replaces one value (a batch of one).
     pub fn put(&self, key: &[u8], value: &[u8]) -> Result<()> {
         let mut b = WriteBatch::new();
@@ -277,7 +369,16 @@ impl Kv {
         self.write_with(batch, |_| {})
     }
 
-    fn write_with(&self, batch: &WriteBatch, mut deleted: impl FnMut(bool)) -> Result<()> {
+    fn write_with(&self, batch: &WriteBatch, deleted: impl FnMut(bool)) -> Result<()> {
+        self.check_batch(batch)?;
+        let lock = self.writer.lock();
+        let lsn = self.apply_locked(batch, deleted)?;
+        drop(lock);
+        self.commit_durable(lsn)
+    }
+
+    /// Bad input (a key or value too large), refused before anything changes.
+    fn check_batch(&self, batch: &WriteBatch) -> Result<()> {
         for op in &batch.ops {
             match op {
                 Op::Put(k, v) => {
@@ -290,7 +391,16 @@ impl Kv {
                 Op::Delete(k) => self.check_key(k)?,
             }
         }
-        let lock = self.writer.lock();
+        Ok(())
+    }
+
+    /// Applies and logs a checked batch, under the writer lock: all of it or, on an error,
+    /// none. The log position to make durable, if it logged anything.
+    fn apply_locked(
+        &self,
+        batch: &WriteBatch,
+        mut deleted: impl FnMut(bool),
+    ) -> Result<Option<u64>> {
         let mut txn = WriteTxn::new(&self.map, &self.lsns);
         for op in &batch.ops {
             let r = match op {
@@ -306,13 +416,40 @@ impl Kv {
         if self.wal.log_bytes() >= self.checkpoint_bytes {
             self.checkpoint_locked()?;
         }
-        drop(lock);
+        Ok(lsn)
+    }
+
+    /// After the writer lock is released (so that commits behind it share the sync: group
+    /// commit): makes the commit at `lsn` durable, or, with no-sync commits, keeps the log's
+    /// buffer bounded.
+    fn commit_durable(&self, lsn: Option<u64>) -> Result<()> {
         match lsn {
             Some(lsn) if self.sync_commits => self.wal.flush_to(lsn),
-            // No-sync: keep the buffer bounded.
             Some(_) if self.wal.buffered() >= 4 << 20 => self.wal.flush_all(),
             _ => Ok(()),
         }
+    }
+
+    /// Runs `f` as one read-write transaction and commits what it wrote, atomically and (with
+    /// synced commits) durably, if it returns `Ok`; an `Err` from `f` writes nothing.
+    ///
+    /// Isolation: serializable. `f` runs under the writer lock, so no other batch commits
+    /// between its reads and its writes; its reads ([`Txn::get`], [`Txn::scan`]) see every
+    /// committed batch and its own writes so far. Readers outside see none of its writes until
+    /// it commits, and then all of them. Keep `f` short: it holds up every other writer.
+    pub fn update<R>(&self, f: impl FnOnce(&mut Txn<'_>) -> Result<R>) -> Result<R> {
+        let lock = self.writer.lock();
+        let mut t = Txn {
+            kv: self,
+            batch: WriteBatch::new(),
+            own: std::collections::BTreeMap::new(),
+        };
+        let r = f(&mut t)?;
+        self.check_batch(&t.batch)?;
+        let lsn = self.apply_locked(&t.batch, |_| {})?;
+        drop(lock);
+        self.commit_durable(lsn)?;
+        Ok(r)
     }
 
     /// Makes every commit so far durable (for no-sync commits).
@@ -345,6 +482,12 @@ impl Kv {
     /// Pages in use (the allocator's high-water mark, meta page included).
     pub fn pages_used(&self) -> Result<u64> {
         Ok(self.map.read_optimistic(0, |v| crate::meta::next_page(v))?)
+    }
+
+    /// Nanoseconds threads have spent waiting for the log to be written and synced (commits,
+    /// and write-backs held for the write-ahead rule), summed over threads.
+    pub fn log_wait_ns(&self) -> u64 {
+        self.wal.wait_ns()
     }
 
     /// Bytes in the log since the last checkpoint.

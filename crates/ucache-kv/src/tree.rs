@@ -7,9 +7,9 @@
 //! (no pin counts, no latches), as in vmcache. A node that is not cached is loaded by a pin
 //! that is dropped at once.
 //!
-//! Scans go leaf by leaf, each leaf found by a fresh descent that also yields the leaf's
-//! fences (the parent keys around it): a forward scan continues at the leaf's upper fence, a
-//! backward one below its lower fence. Leaves have no sibling links to keep consistent, and
+//! Scans ([`Cursor`]) go leaf by leaf, each leaf found by a fresh descent that also yields the
+//! leaf's fences (the parent keys around it): a forward scan continues at the leaf's upper
+//! fence, a backward one below its lower fence. Leaves have no sibling links to keep consistent, and
 //! a split between two steps cannot hide keys: the next descent finds them where they went.
 //!
 //! Writes run under the store's writer lock inside a [`WriteTxn`]: the writer is the only
@@ -142,52 +142,121 @@ pub fn scan<P: Pages>(
     dir: Direction,
     limit: usize,
 ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let mut out = Vec::new();
-    let in_range = |k: &[u8]| from.is_none_or(|f| k >= f) && to.is_none_or(|t| k < t);
-    match dir {
-        Direction::Forward => {
-            let mut cursor: Option<Vec<u8>> = from.map(<[u8]>::to_vec);
-            loop {
-                let target = cursor.as_deref().map_or(Target::First, Target::Key);
-                let (got, f) = with_leaf(map, target, true, |v| {
-                    let start = cursor.as_deref().map_or(0, |c| node::search(v, c).0);
+    Cursor::new(map, from, to, dir, limit).collect()
+}
+
+/// A range iterator: the entries with `from <= key < to` in key order, forward or backward,
+/// read one leaf at a time.
+///
+/// It holds no pin and no lock between leaves, only the key where the next leaf begins (a
+/// forward cursor: the leaf's upper fence; a backward one: its lower fence). Each step is a
+/// fresh optimistic descent to the leaf that holds that key now, so a writer may split or
+/// change leaves between two steps, and the pages may be evicted and reloaded, without the
+/// cursor ever reading a stale page or a freed one: keys it has not reached yet are found
+/// wherever they went, and keys it has passed are not returned twice. Each leaf is copied out
+/// under one validated read, so the entries of one leaf are a consistent snapshot of it; the
+/// whole range is not a snapshot (a batch that commits during the iteration shows in the
+/// leaves read after it).
+pub struct Cursor<'m, P: Pages> {
+    map: &'m P,
+    from: Option<Vec<u8>>,
+    to: Option<Vec<u8>>,
+    dir: Direction,
+    /// Forward: the next leaf read returns keys at or above this (`None`: from the first key).
+    /// Backward: keys below this (`None`: from the last key).
+    resume: Option<Vec<u8>>,
+    /// Entries not yet returned: at most `left` of them are taken from each leaf.
+    left: usize,
+    buf: std::vec::IntoIter<(Vec<u8>, Vec<u8>)>,
+    done: bool,
+}
+
+impl<'m, P: Pages> Cursor<'m, P> {
+    /// A cursor over `from <= key < to` that returns at most `limit` entries.
+    pub fn new(
+        map: &'m P,
+        from: Option<&[u8]>,
+        to: Option<&[u8]>,
+        dir: Direction,
+        limit: usize,
+    ) -> Self {
+        let (from, to) = (from.map(<[u8]>::to_vec), to.map(<[u8]>::to_vec));
+        let resume = match dir {
+            Direction::Forward => from.clone(),
+            Direction::Backward => to.clone(),
+        };
+        let empty = matches!((&from, &to), (Some(f), Some(t)) if f >= t);
+        Cursor {
+            map,
+            from,
+            to,
+            dir,
+            resume,
+            left: limit,
+            buf: Vec::new().into_iter(),
+            done: empty || limit == 0,
+        }
+    }
+
+    /// Copies the in-range entries of the next leaf into the buffer and moves `resume` past
+    /// it (or marks the end).
+    fn next_leaf(&mut self) -> Result<()> {
+        let (from, to, left) = (self.from.as_deref(), self.to.as_deref(), self.left);
+        let resume = self.resume.as_deref();
+        let (got, f) = match self.dir {
+            Direction::Forward => {
+                let target = resume.map_or(Target::First, Target::Key);
+                with_leaf(self.map, target, true, |v| {
+                    let start = resume.map_or(0, |c| node::search(v, c).0);
                     (start..node::count(v))
                         .map(|i| (node::key_at(v, i), node::value_at(v, i)))
                         .take_while(|(k, _)| to.is_none_or(|t| &k[..] < t))
-                        .take(limit - out.len())
+                        .take(left)
                         .collect::<Vec<_>>()
-                })?;
-                out.extend(got.into_iter().filter(|(k, _)| in_range(k)));
-                match f.hi {
-                    Some(hi) if out.len() < limit && to.is_none_or(|t| &hi[..] < t) => {
-                        cursor = Some(hi)
-                    }
-                    _ => return Ok(out),
-                }
+                })?
             }
-        }
-        Direction::Backward => {
-            let mut bound: Option<Vec<u8>> = to.map(<[u8]>::to_vec);
-            loop {
-                let target = bound.as_deref().map_or(Target::Last, Target::Below);
-                let (got, f) = with_leaf(map, target, true, |v| {
-                    let end = bound
-                        .as_deref()
-                        .map_or(node::count(v), |b| node::search(v, b).0);
+            Direction::Backward => {
+                let target = resume.map_or(Target::Last, Target::Below);
+                with_leaf(self.map, target, true, |v| {
+                    let end = resume.map_or(node::count(v), |b| node::search(v, b).0);
                     (0..end)
                         .rev()
                         .map(|i| (node::key_at(v, i), node::value_at(v, i)))
                         .take_while(|(k, _)| from.is_none_or(|s| &k[..] >= s))
-                        .take(limit - out.len())
+                        .take(left)
                         .collect::<Vec<_>>()
-                })?;
-                out.extend(got.into_iter().filter(|(k, _)| in_range(k)));
-                match f.lo {
-                    Some(lo) if out.len() < limit && from.is_none_or(|s| &lo[..] > s) => {
-                        bound = Some(lo)
-                    }
-                    _ => return Ok(out),
-                }
+                })?
+            }
+        };
+        // A leaf read through a stale fence may hold keys outside the range: drop them.
+        let in_range = |k: &[u8]| from.is_none_or(|s| k >= s) && to.is_none_or(|t| k < t);
+        let got: Vec<_> = got.into_iter().filter(|(k, _)| in_range(k)).collect();
+        self.left -= got.len();
+        self.resume = match self.dir {
+            Direction::Forward => f.hi.filter(|hi| to.is_none_or(|t| &hi[..] < t)),
+            Direction::Backward => f.lo.filter(|lo| from.is_none_or(|s| &lo[..] > s)),
+        };
+        self.done = self.resume.is_none() || self.left == 0;
+        self.buf = got.into_iter();
+        Ok(())
+    }
+}
+
+impl<P: Pages> Iterator for Cursor<'_, P> {
+    type Item = Result<(Vec<u8>, Vec<u8>)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(e) = self.buf.next() {
+                return Some(Ok(e));
+            }
+            if self.done {
+                return None;
+            }
+            if let Err(e) = self.next_leaf() {
+                // An error ends the iteration: the caller cannot know where to resume.
+                self.done = true;
+                return Some(Err(e));
             }
         }
     }

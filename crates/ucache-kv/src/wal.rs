@@ -71,6 +71,9 @@ pub struct Wal {
     appended: AtomicU64,
     durable: AtomicU64,
     failed: Mutex<Option<String>>,
+    /// Nanoseconds callers spent in [`Wal::flush_to`] that had to wait for the log (its lock,
+    /// the write, the sync), summed over threads: the time the log costs its callers.
+    wait_ns: AtomicU64,
 }
 
 fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> KvError {
@@ -116,6 +119,7 @@ impl Wal {
             appended: AtomicU64::new(end),
             durable: AtomicU64::new(end),
             failed: Mutex::new(None),
+            wait_ns: AtomicU64::new(0),
         };
         // Cut the torn tail (and anything after it), so a record appended later is never
         // followed by stale bytes that could parse.
@@ -198,6 +202,19 @@ impl Wal {
         if self.durable() >= lsn {
             return Ok(());
         }
+        let t0 = std::time::Instant::now();
+        let r = self.flush_to_slow(lsn);
+        self.wait_ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        r
+    }
+
+    /// Nanoseconds spent waiting for the log in [`Wal::flush_to`], summed over threads.
+    pub fn wait_ns(&self) -> u64 {
+        self.wait_ns.load(Ordering::Relaxed)
+    }
+
+    fn flush_to_slow(&self, lsn: u64) -> Result<()> {
         let header = self.flush.lock();
         self.check()?;
         if self.durable() >= lsn {

@@ -13,7 +13,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use common::within;
-use ucache::state::Phase;
+use ucache::Phase;
 use ucache::store::{FaultStore, FileStore, MemoryStore, Object, OpenOptions, ReadOwned, Store};
 use ucache::{Cache, CacheOptions, Error, MapOptions, Mapping};
 

@@ -8,6 +8,8 @@
 
 mod mmap;
 mod systems;
+mod tpcc;
+mod tpcc_bench;
 mod workload;
 
 use std::path::{Path, PathBuf};
@@ -20,12 +22,14 @@ use serde::{Deserialize, Serialize};
 use ucache_cli::bench::cgroup::{self, MemCgroup};
 use ucache_cli::bench::cpu::self_cpu;
 use ucache_cli::bench::datafile::drop_page_cache;
+use ucache_cli::bench::plot::{write_panels, Bar};
 
 use systems::{KvMmap, KvUcache, Lmdb, System};
 use ucache_kv::Placement;
 
 const SYSTEMS: [&str; 4] = ["kv-ucache-pool", "kv-ucache-inplace", "kv-mmap", "lmdb"];
-const SLACK: u64 = 8 << 20;
+/// Memory the cgroup allows beyond the budget, for the process itself.
+pub const SLACK: u64 = 8 << 20;
 
 #[derive(Parser)]
 #[command(name = "ucache-kv", about = "The ucache-kv store's benchmark")]
@@ -41,6 +45,11 @@ enum Cmd {
     /// One measurement (run by `bench`).
     #[command(hide = true)]
     Worker(WorkerArgs),
+    /// TPC-C on each placement, in memory and out of memory.
+    Tpcc(tpcc_bench::TpccArgs),
+    /// One TPC-C measurement or load (run by `tpcc`).
+    #[command(hide = true)]
+    TpccWorker(tpcc_bench::TpccWorkerArgs),
 }
 
 #[derive(Parser, Clone)]
@@ -66,12 +75,23 @@ struct BenchArgs {
     seconds: f64,
     #[arg(long, default_value_t = 1.0)]
     warmup: f64,
-    /// Workloads (comma-separated): lookup, ycsb-a, ycsb-b, ycsb-c.
-    #[arg(long, default_value = "lookup,ycsb-a,ycsb-b,ycsb-c")]
+    /// Workloads (comma-separated): lookup (uniform point gets), and ycsb-a, ycsb-b, ycsb-c,
+    /// ycsb-e (scans and inserts), ycsb-f (read-modify-writes), each with Zipf(0.99) keys, or
+    /// uniform keys with the suffix -uniform (ycsb-e-uniform).
+    #[arg(long, default_value = "lookup,ycsb-a,ycsb-b,ycsb-c,ycsb-e,ycsb-f")]
     workloads: String,
+    /// Durability modes (comma-separated): nosync (the store's commits logged but not synced,
+    /// LMDB with MDB_NOSYNC), sync (each commit durable when it returns: the store syncs its
+    /// log with group commit, LMDB keeps its default sync). In sync mode only the workloads
+    /// that write run, and not kv-mmap, which has no log.
+    #[arg(long, default_value = "nosync")]
+    durability: String,
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write an SVG bar chart here: a panel per durability, size and workload.
+    #[arg(long)]
+    svg: Option<PathBuf>,
 }
 
 #[derive(Parser)]
@@ -95,6 +115,9 @@ struct WorkerArgs {
     /// Join this memory cgroup first.
     #[arg(long)]
     cgroup: Option<PathBuf>,
+    /// sync or nosync.
+    #[arg(long, default_value = "nosync")]
+    durability: String,
 }
 
 /// One measurement, in the shape the issue asks for (plus the size class and durability).
@@ -112,12 +135,12 @@ struct Measurement {
     p99_us: f64,
 }
 
-fn open(system: &str, dir: &Path, memory: u64) -> Box<dyn System> {
+fn open(system: &str, dir: &Path, memory: u64, sync: bool) -> Box<dyn System> {
     match system {
-        "kv-ucache-pool" => Box::new(KvUcache::open(dir, memory, Placement::Pool)),
-        "kv-ucache-inplace" => Box::new(KvUcache::open(dir, memory, Placement::InPlace)),
+        "kv-ucache-pool" => Box::new(KvUcache::open(dir, memory, Placement::Pool, sync)),
+        "kv-ucache-inplace" => Box::new(KvUcache::open(dir, memory, Placement::InPlace, sync)),
         "kv-mmap" => Box::new(KvMmap::open(dir)),
-        "lmdb" => Box::new(Lmdb::open(dir)),
+        "lmdb" => Box::new(Lmdb::open(dir, sync)),
         s => panic!("unknown system {s}"),
     }
 }
@@ -127,7 +150,7 @@ fn data_bytes(system: &str, dir: &Path) -> u64 {
     match system {
         "kv-ucache-pool" | "kv-ucache-inplace" => {
             // Pages in use, not the sparse file's length.
-            let kv = KvUcache::open(dir, 64 << 20, Placement::InPlace);
+            let kv = KvUcache::open(dir, 64 << 20, Placement::InPlace, false);
             kv.0.pages_used().unwrap() * 4096
         }
         "kv-mmap" => {
@@ -152,7 +175,7 @@ fn worker(a: WorkerArgs) {
     if let Some(cg) = &a.cgroup {
         cgroup::join(cg).expect("join the memory cgroup");
     }
-    let sys = open(&a.system, &a.dir, a.memory);
+    let sys = open(&a.system, &a.dir, a.memory, a.durability == "sync");
     let Some(w) = a.workload else {
         let bar = ProgressBar::new(a.keys);
         sys.load(a.keys, &|n| workload::value(n, 0), &|n| bar.set_position(n));
@@ -169,7 +192,7 @@ fn worker(a: WorkerArgs) {
         system: a.system.clone(),
         workload: w,
         size: String::new(),
-        durability: "nosync".into(),
+        durability: a.durability.clone(),
         threads: a.threads,
         data_bytes: 0,
         memory_bytes: a.memory,
@@ -181,14 +204,22 @@ fn worker(a: WorkerArgs) {
 }
 
 fn run_worker(args: &[String]) -> Option<Measurement> {
+    let mut all = vec!["worker".to_string()];
+    all.extend_from_slice(args);
+    run_worker_raw(&all)
+}
+
+/// Runs this binary with `args` (a worker subcommand and its arguments) and parses the
+/// `RESULT` line it prints; `None` (with the worker's error printed) if it failed.
+pub fn run_worker_raw<T: serde::de::DeserializeOwned>(args: &[String]) -> Option<T> {
     let out = Command::new(std::env::current_exe().unwrap())
-        .arg("worker")
         .args(args)
         .output()
         .expect("spawn worker");
     if !out.status.success() {
         eprintln!(
-            "worker {args:?} failed: {}",
+            "worker {args:?} failed ({}): {}",
+            out.status,
             String::from_utf8_lossy(&out.stderr)
         );
         return None;
@@ -202,10 +233,29 @@ fn run_worker(args: &[String]) -> Option<Measurement> {
 fn bench(a: BenchArgs) {
     let workloads: Vec<String> = a.workloads.split(',').map(str::to_string).collect();
     for w in &workloads {
-        assert!(
-            workload::WORKLOADS.contains(&w.as_str()),
-            "unknown workload {w}"
-        );
+        assert!(workload::Mix::parse(w).is_some(), "unknown workload {w}");
+    }
+    let modes: Vec<String> = a.durability.split(',').map(str::to_string).collect();
+    for m in &modes {
+        assert!(m == "sync" || m == "nosync", "unknown durability {m}");
+    }
+    // What runs, in the order it runs within a repetition.
+    let mut cells = Vec::new();
+    for m in &modes {
+        for (class, memory) in [("in-memory", a.memory_in), ("out-of-memory", a.memory_out)] {
+            for w in &workloads {
+                let sync = m == "sync";
+                if sync && !workload::Mix::parse(w).unwrap().writes() {
+                    continue;
+                }
+                for s in SYSTEMS {
+                    if sync && s == "kv-mmap" {
+                        continue;
+                    }
+                    cells.push((m.clone(), class, memory, w.clone(), s));
+                }
+            }
+        }
     }
     let dir_of = |s: &str| a.dir.join(format!("{s}-{}", a.keys));
     // Load each data set once (kept between runs).
@@ -229,64 +279,68 @@ fn bench(a: BenchArgs) {
         }
         sizes.push(data_bytes(s, &d));
     }
-    let classes = [("in-memory", a.memory_in), ("out-of-memory", a.memory_out)];
     for (s, b) in SYSTEMS.iter().zip(&sizes) {
         eprintln!("{s}: {:.1} MiB of data", *b as f64 / (1 << 20) as f64);
     }
-    let total = (a.reps * classes.len() * workloads.len() * SYSTEMS.len()) as u64;
+    let total = (a.reps * cells.len()) as u64;
     let bar = ProgressBar::new(total);
     bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} {msg} (eta {eta})").unwrap());
     let mut results: Vec<Measurement> = Vec::new();
     for rep in 0..a.reps {
-        for (class, memory) in classes {
-            for w in &workloads {
-                for (si, s) in SYSTEMS.iter().enumerate() {
-                    bar.set_message(format!("rep {rep} {class} {w} {s}"));
-                    let d = dir_of(s);
-                    for f in data_files(s, &d) {
-                        let _ = drop_page_cache(&f, false);
-                    }
-                    let cg = MemCgroup::create(memory + SLACK).ok();
-                    let mut args: Vec<String> = vec![
-                        "--system".into(),
-                        s.to_string(),
-                        "--dir".into(),
-                        d.to_string_lossy().into(),
-                        "--keys".into(),
-                        a.keys.to_string(),
-                        "--memory".into(),
-                        memory.to_string(),
-                        "--workload".into(),
-                        w.clone(),
-                        "--threads".into(),
-                        a.threads.to_string(),
-                        "--seconds".into(),
-                        a.seconds.to_string(),
-                        "--warmup".into(),
-                        a.warmup.to_string(),
-                    ];
-                    if let Some(cg) = &cg {
-                        args.push("--cgroup".into());
-                        args.push(cg.dir().to_string_lossy().into());
-                    }
-                    if let Some(mut m) = run_worker(&args) {
-                        m.size = class.into();
-                        m.data_bytes = sizes[si];
-                        results.push(m);
-                    }
-                    if let Some(cg) = cg {
-                        cg.remove();
-                    }
-                    bar.inc(1);
-                }
+        for (mode, class, memory, w, s) in &cells {
+            bar.set_message(format!("rep {rep} {mode} {class} {w} {s}"));
+            let si = SYSTEMS.iter().position(|x| x == s).unwrap();
+            let d = dir_of(s);
+            for f in data_files(s, &d) {
+                let _ = drop_page_cache(&f, false);
             }
+            let cg = MemCgroup::create(memory + SLACK).ok();
+            let mut args: Vec<String> = vec![
+                "--system".into(),
+                s.to_string(),
+                "--dir".into(),
+                d.to_string_lossy().into(),
+                "--keys".into(),
+                a.keys.to_string(),
+                "--memory".into(),
+                memory.to_string(),
+                "--workload".into(),
+                w.clone(),
+                "--threads".into(),
+                a.threads.to_string(),
+                "--seconds".into(),
+                a.seconds.to_string(),
+                "--warmup".into(),
+                a.warmup.to_string(),
+                "--durability".into(),
+                mode.clone(),
+            ];
+            if let Some(cg) = &cg {
+                args.push("--cgroup".into());
+                args.push(cg.dir().to_string_lossy().into());
+            }
+            if let Some(mut m) = run_worker(&args) {
+                m.size = class.to_string();
+                m.data_bytes = sizes[si];
+                results.push(m);
+            }
+            if let Some(cg) = cg {
+                cg.remove();
+            }
+            bar.inc(1);
         }
     }
     bar.finish_and_clear();
-    report(&results, &workloads, &classes);
+    let groups = report(&results);
     if let Some(p) = a.json {
         std::fs::write(&p, serde_json::to_string_pretty(&results).unwrap()).unwrap();
         eprintln!("wrote {}", p.display());
+    }
+    if let Some(p) = a.svg {
+        match plot(&p, &groups, a.threads) {
+            Ok(()) => eprintln!("wrote {}", p.display()),
+            Err(e) => eprintln!("{e}"),
+        }
     }
 }
 
@@ -294,43 +348,121 @@ fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
-fn report(results: &[Measurement], workloads: &[String], classes: &[(&str, u64)]) {
-    println!(
-        "| size | workload | system | ops/s (mean of reps) | per rep | CPU µs/op | p99 µs | vs lmdb |"
-    );
-    println!("|---|---|---|---:|---|---:|---:|---:|");
-    for (class, _) in classes {
-        for w in workloads {
-            let of = |s: &str| -> Vec<&Measurement> {
-                results
-                    .iter()
-                    .filter(|m| m.size == *class && &m.workload == w && m.system == s)
-                    .collect()
-            };
-            let base = mean(&of("lmdb").iter().map(|m| m.ops_per_sec).collect::<Vec<_>>());
-            for s in SYSTEMS {
-                let ms = of(s);
-                if ms.is_empty() {
-                    continue;
-                }
-                let ops: Vec<f64> = ms.iter().map(|m| m.ops_per_sec).collect();
-                let per: Vec<String> = ops.iter().map(|o| format!("{o:.0}")).collect();
-                println!(
-                    "| {class} | {w} | {s} | {:.0} | {} | {:.2} | {:.1} | {:.2}× |",
-                    mean(&ops),
-                    per.join(", "),
-                    mean(&ms.iter().map(|m| m.cpu_us_per_op).collect::<Vec<_>>()),
-                    mean(&ms.iter().map(|m| m.p99_us).collect::<Vec<_>>()),
-                    mean(&ops) / base
-                );
-            }
+/// The measurements of one cell (durability, size, workload), per system in `SYSTEMS` order,
+/// in the order they first ran.
+type Group<'a> = (
+    (String, String, String),
+    Vec<(&'static str, Vec<&'a Measurement>)>,
+);
+
+fn group(results: &[Measurement]) -> Vec<Group<'_>> {
+    let mut cells: Vec<(String, String, String)> = Vec::new();
+    for m in results {
+        let c = (m.durability.clone(), m.size.clone(), m.workload.clone());
+        if !cells.contains(&c) {
+            cells.push(c);
         }
     }
+    cells
+        .into_iter()
+        .map(|c| {
+            let per = SYSTEMS
+                .iter()
+                .map(|&s| {
+                    let ms = results
+                        .iter()
+                        .filter(|m| {
+                            (&m.durability, &m.size, &m.workload) == (&c.0, &c.1, &c.2)
+                                && m.system == s
+                        })
+                        .collect::<Vec<_>>();
+                    (s, ms)
+                })
+                .filter(|(_, ms)| !ms.is_empty())
+                .collect();
+            (c, per)
+        })
+        .collect()
+}
+
+fn ops(ms: &[&Measurement]) -> Vec<f64> {
+    ms.iter().map(|m| m.ops_per_sec).collect()
+}
+
+/// Prints the table (means of the repetitions, each repetition, and the ratio to LMDB) and
+/// returns the cells for the plot.
+fn report(results: &[Measurement]) -> Vec<Group<'_>> {
+    let groups = group(results);
+    println!(
+        "| durability | size | workload | system | ops/s (mean of reps) | per rep | CPU µs/op | p99 µs | vs lmdb |"
+    );
+    println!("|---|---|---|---|---:|---|---:|---:|---:|");
+    for ((mode, class, w), per) in &groups {
+        let base = per
+            .iter()
+            .find(|(s, _)| *s == "lmdb")
+            .map_or(f64::NAN, |(_, ms)| mean(&ops(ms)));
+        for (s, ms) in per {
+            let o = ops(ms);
+            let each: Vec<String> = o.iter().map(|x| format!("{x:.0}")).collect();
+            println!(
+                "| {mode} | {class} | {w} | {s} | {:.0} | {} | {:.2} | {:.1} | {:.2}× |",
+                mean(&o),
+                each.join(", "),
+                mean(&ms.iter().map(|m| m.cpu_us_per_op).collect::<Vec<_>>()),
+                mean(&ms.iter().map(|m| m.p99_us).collect::<Vec<_>>()),
+                mean(&o) / base
+            );
+        }
+    }
+    groups
+}
+
+/// The SVG: one panel per cell, four to a row, each bar a system's mean with its repetitions
+/// as dots and its ratio to LMDB.
+fn plot(path: &Path, groups: &[Group<'_>], threads: usize) -> Result<(), String> {
+    let panels: Vec<(String, Vec<Bar>)> = groups
+        .iter()
+        .map(|((mode, class, w), per)| {
+            let base = per
+                .iter()
+                .find(|(s, _)| *s == "lmdb")
+                .map(|(_, ms)| mean(&ops(ms)));
+            let bars = per
+                .iter()
+                .map(|(s, ms)| {
+                    let o = ops(ms);
+                    let note = match base {
+                        Some(b) if *s != "lmdb" => format!(" ({:.2}x)", mean(&o) / b),
+                        _ => String::new(),
+                    };
+                    Bar {
+                        name: s.to_string(),
+                        value: mean(&o),
+                        reps: o,
+                        note,
+                    }
+                })
+                .collect();
+            (format!("{w}, {class}, {mode}, {threads} threads"), bars)
+        })
+        .collect();
+    let cols = panels.len().clamp(1, 4);
+    let rows = panels.len().div_ceil(cols).max(1);
+    write_panels(
+        path,
+        (620 * cols as u32, 420 * rows as u32),
+        (rows, cols),
+        &panels,
+        "ops/s (mean of reps; dots: each rep; x: vs lmdb)",
+    )
 }
 
 fn main() {
     match Cli::parse().cmd {
         Cmd::Bench(a) => bench(a),
         Cmd::Worker(a) => worker(a),
+        Cmd::Tpcc(a) => tpcc_bench::bench(a),
+        Cmd::TpccWorker(a) => tpcc_bench::worker(a),
     }
 }

@@ -248,6 +248,19 @@ impl MmapKv {
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
         tree::get(&self.pages, key).unwrap()
     }
+    pub fn scan(&self, start: &[u8], len: usize) -> usize {
+        tree::Cursor::new(
+            &self.pages,
+            Some(start),
+            None,
+            tree::Direction::Forward,
+            len,
+        )
+        .fold(0, |n, e| {
+            std::hint::black_box(e.unwrap());
+            n + 1
+        })
+    }
     pub fn write(&self, ops: &[(&[u8], &[u8])]) {
         let _w = self.writer.lock();
         let mut txn = WriteTxn::new(&self.pages, &self.lsns);

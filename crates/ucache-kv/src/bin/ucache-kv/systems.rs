@@ -10,6 +10,10 @@ use ucache_kv::{Kv, KvOptions, Placement, WriteBatch};
 pub trait System: Sync {
     /// Whether `key` has a value (its bytes are read).
     fn get(&self, key: &[u8]) -> bool;
+    /// `key`'s value, copied out.
+    fn read(&self, key: &[u8]) -> Option<Vec<u8>>;
+    /// Reads up to `len` entries from `start` on, in key order, copying each out; how many.
+    fn scan(&self, start: &[u8], len: usize) -> usize;
     /// Replaces `key`'s value, as one transaction.
     fn update(&self, key: &[u8], value: &[u8]);
     /// Loads keys `0..n` (8-byte big-endian) with `value(n)`, in large transactions.
@@ -23,15 +27,15 @@ pub fn key(n: u64) -> [u8; 8] {
 }
 
 /// ucache-kv, in place (`kv-ucache-inplace`) or on the pool placement (`kv-ucache-pool`),
-/// commits not synced (the bench's no-sync durability mode).
+/// each commit synced to the log before it returns (`sync`, with group commit), or not.
 pub struct KvUcache(pub Kv);
 
 impl KvUcache {
-    pub fn open(dir: &Path, memory: u64, placement: Placement) -> KvUcache {
+    pub fn open(dir: &Path, memory: u64, placement: Placement, sync: bool) -> KvUcache {
         let mut o = KvOptions::in_dir(dir);
         o.memory_bytes = memory;
         o.placement = placement;
-        o.sync_commits = false;
+        o.sync_commits = sync;
         // 256 MiB of pages: the per-page tables (states, LSNs) stay small inside the cgroup.
         o.capacity_pages = 1 << 16;
         o.checkpoint_bytes = 256 << 20;
@@ -42,6 +46,18 @@ impl KvUcache {
 impl System for KvUcache {
     fn get(&self, key: &[u8]) -> bool {
         self.0.get(key).expect("get").is_some()
+    }
+    fn read(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.0.get(key).expect("get")
+    }
+    fn scan(&self, start: &[u8], len: usize) -> usize {
+        self.0
+            .range(Some(start), None, ucache_kv::Direction::Forward)
+            .take(len)
+            .fold(0, |n, e| {
+                std::hint::black_box(e.expect("scan"));
+                n + 1
+            })
     }
     fn update(&self, key: &[u8], value: &[u8]) {
         self.0.put(key, value).expect("put")
@@ -65,21 +81,27 @@ impl System for KvUcache {
     }
 }
 
-/// LMDB through heed, `MDB_NOSYNC` (no-sync mode) and `MDB_NORDAHEAD`.
+/// LMDB through heed with `MDB_NORDAHEAD`, and its default durability (each commit synced)
+/// or `MDB_NOSYNC` (the no-sync mode).
 pub struct Lmdb {
     env: Env,
     db: Database<Bytes, Bytes>,
 }
 
 impl Lmdb {
-    pub fn open(dir: &Path) -> Lmdb {
+    pub fn open(dir: &Path, sync: bool) -> Lmdb {
         std::fs::create_dir_all(dir).unwrap();
         let mut o = EnvOpenOptions::new();
         o.map_size(64 << 30).max_readers(256);
+        let flags = if sync {
+            EnvFlags::NO_READ_AHEAD
+        } else {
+            EnvFlags::NO_SYNC | EnvFlags::NO_READ_AHEAD
+        };
         // SAFETY: NO_SYNC trades durability of the last commits for speed (the no-sync mode
         // compared here); the environment is opened once per process.
         let env = unsafe {
-            o.flags(EnvFlags::NO_SYNC | EnvFlags::NO_READ_AHEAD);
+            o.flags(flags);
             o.open(dir).expect("open lmdb")
         };
         let mut w = env.write_txn().unwrap();
@@ -95,6 +117,24 @@ impl System for Lmdb {
         // Copied out, as the store's get returns it.
         let got = self.db.get(&r, key).unwrap().map(<[u8]>::to_vec);
         std::hint::black_box(got).is_some()
+    }
+    fn read(&self, key: &[u8]) -> Option<Vec<u8>> {
+        let r = self.env.read_txn().unwrap();
+        self.db.get(&r, key).unwrap().map(<[u8]>::to_vec)
+    }
+    fn scan(&self, start: &[u8], len: usize) -> usize {
+        let r = self.env.read_txn().unwrap();
+        let range = (std::ops::Bound::Included(start), std::ops::Bound::Unbounded);
+        self.db
+            .range(&r, &range)
+            .unwrap()
+            .take(len)
+            // Copied out, as the store's scan returns them.
+            .fold(0, |n, e| {
+                let (k, v) = e.unwrap();
+                std::hint::black_box((k.to_vec(), v.to_vec()));
+                n + 1
+            })
     }
     fn update(&self, key: &[u8], value: &[u8]) {
         let mut w = self.env.write_txn().unwrap();
@@ -130,6 +170,12 @@ impl KvMmap {
 impl System for KvMmap {
     fn get(&self, key: &[u8]) -> bool {
         self.0.get(key).is_some()
+    }
+    fn read(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.0.get(key)
+    }
+    fn scan(&self, start: &[u8], len: usize) -> usize {
+        self.0.scan(start, len)
     }
     fn update(&self, key: &[u8], value: &[u8]) {
         self.0.write(&[(key, value)])
