@@ -13,8 +13,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use common::within;
-use ucache::Phase;
 use ucache::store::{FaultStore, FileStore, MemoryStore, Object, OpenOptions, ReadOwned, Store};
+use ucache::Phase;
 use ucache::{Cache, CacheOptions, Error, MapOptions, Mapping};
 
 const BS: usize = 4096;

@@ -203,10 +203,27 @@ fn worker(a: WorkerArgs) {
     println!("RESULT {}", serde_json::to_string(&m).unwrap());
 }
 
-fn run_worker(args: &[String]) -> Option<Measurement> {
-    let mut all = vec!["worker".to_string()];
-    all.extend_from_slice(args);
-    run_worker_raw(&all)
+/// Runs one measurement cold: drops `files` from the page cache, then runs the worker `args`
+/// (a worker subcommand and its arguments) in a fresh memory cgroup of `limit` bytes when one
+/// can be made (`--cgroup` is appended), and removes the cgroup afterwards.
+pub fn run_cold<T: serde::de::DeserializeOwned>(
+    files: &[PathBuf],
+    limit: u64,
+    mut args: Vec<String>,
+) -> Option<T> {
+    for f in files {
+        let _ = drop_page_cache(f, false);
+    }
+    let cg = MemCgroup::create(limit).ok();
+    if let Some(cg) = &cg {
+        args.push("--cgroup".into());
+        args.push(cg.dir().to_string_lossy().into());
+    }
+    let result = run_worker_raw(&args);
+    if let Some(cg) = cg {
+        cg.remove();
+    }
+    result
 }
 
 /// Runs this binary with `args` (a worker subcommand and its arguments) and parses the
@@ -291,11 +308,8 @@ fn bench(a: BenchArgs) {
             bar.set_message(format!("rep {rep} {mode} {class} {w} {s}"));
             let si = SYSTEMS.iter().position(|x| x == s).unwrap();
             let d = dir_of(s);
-            for f in data_files(s, &d) {
-                let _ = drop_page_cache(&f, false);
-            }
-            let cg = MemCgroup::create(memory + SLACK).ok();
-            let mut args: Vec<String> = vec![
+            let args: Vec<String> = vec![
+                "worker".into(),
                 "--system".into(),
                 s.to_string(),
                 "--dir".into(),
@@ -315,17 +329,10 @@ fn bench(a: BenchArgs) {
                 "--durability".into(),
                 mode.clone(),
             ];
-            if let Some(cg) = &cg {
-                args.push("--cgroup".into());
-                args.push(cg.dir().to_string_lossy().into());
-            }
-            if let Some(mut m) = run_worker(&args) {
+            if let Some(mut m) = run_cold::<Measurement>(&data_files(s, &d), memory + SLACK, args) {
                 m.size = class.to_string();
                 m.data_bytes = sizes[si];
                 results.push(m);
-            }
-            if let Some(cg) = cg {
-                cg.remove();
             }
             bar.inc(1);
         }

@@ -18,9 +18,8 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use ucache_cli::bench::cgroup::{self, MemCgroup};
+use ucache_cli::bench::cgroup;
 use ucache_cli::bench::cpu::self_cpu;
-use ucache_cli::bench::datafile::drop_page_cache;
 use ucache_kv::{Kv, KvOptions, Placement};
 
 use crate::tpcc::{self, Driver, Scale, TYPES};
@@ -310,10 +309,6 @@ pub fn bench(a: TpccArgs) {
                 for (si, s) in SYSTEMS.iter().enumerate() {
                     bar.set_message(format!("rep {rep} {mode} {class} {s}"));
                     let d = dir_of(s);
-                    for f in ["data", "wal"] {
-                        let _ = drop_page_cache(&d.join(f), false);
-                    }
-                    let cg = MemCgroup::create(memory + a.slack).ok();
                     let mut args = common(s);
                     args.extend([
                         "--memory".into(),
@@ -330,17 +325,13 @@ pub fn bench(a: TpccArgs) {
                     if a.check && rep + 1 == a.reps {
                         args.push("--check".into());
                     }
-                    if let Some(cg) = &cg {
-                        args.push("--cgroup".into());
-                        args.push(cg.dir().to_string_lossy().into());
-                    }
-                    if let Some(mut r) = crate::run_worker_raw::<TpccResult>(&args) {
+                    let files = [d.join("data"), d.join("wal")];
+                    if let Some(mut r) =
+                        crate::run_cold::<TpccResult>(&files, memory + a.slack, args)
+                    {
                         r.size = class.into();
                         r.data_bytes = sizes[si];
                         results.push(r);
-                    }
-                    if let Some(cg) = cg {
-                        cg.remove();
                     }
                     bar.inc(1);
                 }
