@@ -18,6 +18,8 @@ pub(crate) struct Config {
     pub stats: bool,
     /// 0: faults served on the faulting thread (SIGBUS); n: n handler threads.
     pub fault_threads: usize,
+    /// Read mode (`UCACHE_READS=1`): `pread` of matched files served from the cache.
+    pub reads: bool,
 }
 
 /// Parses `256MiB`, `16KiB`, `1G`, `4096`: binary units, case-insensitive.
@@ -96,6 +98,11 @@ impl Config {
                 .filter(|&n| n <= 64)
                 .ok_or_else(|| format!("UCACHE_FAULT_THREADS='{n}' must be 0 to 64"))?,
         };
+        let reads = match get("UCACHE_READS").as_deref() {
+            None | Some("") | Some("0") => false,
+            Some("1") => true,
+            Some(s) => return Err(format!("UCACHE_READS='{s}' must be 0 or 1")),
+        };
         Ok(Some(Config {
             globs,
             memory,
@@ -103,6 +110,7 @@ impl Config {
             buffer_size,
             stats,
             fault_threads,
+            reads,
         }))
     }
 
@@ -156,6 +164,7 @@ mod tests {
             vec![("UCACHE_FILES", "*"), ("UCACHE_MEMORY", "lots")],
             vec![("UCACHE_FILES", "*"), ("UCACHE_POLICY", "nope")],
             vec![("UCACHE_FILES", "*"), ("UCACHE_BUFFER_SIZE", "3000")],
+            vec![("UCACHE_FILES", "*"), ("UCACHE_READS", "yes")],
         ] {
             let e = Config::from_env(env(&bad)).unwrap_err();
             assert!(e.contains("UCACHE_"), "{e}");
