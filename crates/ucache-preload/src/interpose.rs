@@ -11,8 +11,8 @@ use std::sync::atomic::AtomicUsize;
 
 use libc::{off_t, size_t, ssize_t};
 
-use crate::real;
 use crate::reads;
+use crate::real;
 use crate::shim::{self, active, enter};
 use crate::stdio;
 
@@ -212,7 +212,10 @@ fn write_through(
 unsafe fn do_read(fd: c_int, buf: *mut c_void, n: size_t, off: Option<off_t>) -> ssize_t {
     if let Some(o) = off {
         // SAFETY: the program's arguments, passed on.
-        if let Some(r) = catch_unwind(|| unsafe { reads::pread(fd, buf, n, o) }).ok().flatten() {
+        if let Some(r) = catch_unwind(|| unsafe { reads::pread(fd, buf, n, o) })
+            .ok()
+            .flatten()
+        {
             return r;
         }
     }

@@ -117,7 +117,12 @@ fn chunk(cfg: &Config, bs: usize) -> usize {
 ///
 /// # Safety
 /// As `pread(2)`: `buf` is valid for writes of `n` bytes.
-pub(crate) unsafe fn pread(fd: i32, buf: *mut libc::c_void, n: size_t, off: off_t) -> Option<ssize_t> {
+pub(crate) unsafe fn pread(
+    fd: i32,
+    buf: *mut libc::c_void,
+    n: size_t,
+    off: off_t,
+) -> Option<ssize_t> {
     let cfg = shim::config().filter(|c| c.reads)?;
     if !shim::ENABLED.load(Relaxed) || off < 0 || table::live() {
         return None;

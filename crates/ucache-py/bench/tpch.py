@@ -176,7 +176,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--systems", default="local,ucache-local,s3fs,httpfs,ucache-s3")
+    ap.add_argument("--systems", default="local,ucache-local,ucache-preload,s3fs,httpfs,ucache-s3")
     ap.add_argument(
         "--buffer-size", default=None, help="ucache's buffer size for S3 (default: the filesystem's, from the budget; local: 64KiB)"
     )
