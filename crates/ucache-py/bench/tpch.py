@@ -188,6 +188,13 @@ def main() -> int:
         default=Path(__file__).resolve().parents[3] / "target/release/libucache_preload.so",
         help="the LD_PRELOAD shim for ucache-preload (cargo build --release -p ucache-preload)",
     )
+    ap.add_argument(
+        "--preload-env",
+        action="append",
+        default=[],
+        metavar="VAR=VALUE",
+        help="a shim setting for ucache-preload over the defaults (e.g. UCACHE_BUFFER_SIZE=32KiB, UCACHE_POLICY=lfu)",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # a child process: run this local system only
     ap.add_argument("--worker-out", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -257,6 +264,7 @@ def main() -> int:
             "UCACHE_MEMORY": str(budget),
             "UCACHE_BUFFER_SIZE": "64KiB",
             "UCACHE_STATS": "1",
+            **dict(kv.split("=", 1) for kv in a.preload_env),
         }
 
     systems += [
@@ -352,6 +360,7 @@ def main() -> int:
         "ucache_budget": budget,
         "buffer_size_s3": a.buffer_size or default_s3_buffer_size(budget),
         "prefetch_depth": a.prefetch_depth,
+        "preload_env": a.preload_env,
         "rounds": a.rounds,
         "runs": a.runs,
         "systems": ran,
