@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use libc::{off_t, size_t, ssize_t};
-use ucache::MapOptions;
+use ucache::{MapOptions, Placement};
 
 use crate::config::Config;
 use crate::real::{self, say};
@@ -218,12 +218,27 @@ fn map_file(fd: i32, st: &libc::stat, cfg: &Config) -> Option<ReadFile> {
         name: path.clone(),
         min_len: 0,
     });
-    let o = MapOptions::new()
-        .len(size)
-        .buffer_size(cfg.buffer_size)
-        .weight(weight(size));
-    let o = shim::with_policy(cfg, o)?;
-    match shim::cache()?.map(Arc::new(OneObject(obj)), &path, o) {
+    let options = |placement| {
+        let o = MapOptions::new()
+            .len(size)
+            .buffer_size(cfg.buffer_size)
+            .weight(weight(size))
+            .placement(placement);
+        shim::with_policy(cfg, o)
+    };
+    let cache = shim::cache()?;
+    let store = Arc::new(OneObject(obj));
+    // Pool placement: an eviction puts the frame on a free list and the next miss reads into
+    // it, where in place a miss faults in fresh zeroed pages and an eviction hands them back
+    // to the kernel (read mode needs no address per buffer). A budget under one pool chunk
+    // (2 MiB) refuses it: in place then.
+    let made = match cache.map(store.clone(), &path, options(Placement::Pool)?) {
+        Err(ucache::Error::BudgetTooSmall { .. }) => {
+            cache.map(store, &path, options(Placement::InPlace)?)
+        }
+        other => other,
+    };
+    match made {
         Ok(map) => {
             MAPPED.fetch_add(1, Relaxed);
             Some(ReadFile { map, size })
