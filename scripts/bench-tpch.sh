@@ -7,9 +7,11 @@
 #
 # Uses the venv of scripts/test-python.sh (run that first: it builds and installs ucache).
 # Install a release build for figures: UCACHE_PY_PROFILE=release bash scripts/test-python.sh -k nothing
+# The ucache-preload system runs DuckDB under target/release/libucache_preload.so, built here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+cargo build --release --quiet -p ucache-preload
 py=$root/target/pyenv/bin/python
 work=$(mktemp -d /tmp/ucache-tpch.XXXXXX)
 trap 'bash "$root/scripts/s3-server.sh" stop "$work/s3" >/dev/null 2>&1 || true; rm -rf "$work/s3"' EXIT

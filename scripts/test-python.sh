@@ -37,6 +37,9 @@ MATURIN_PEP517_ARGS="--profile ${UCACHE_PY_PROFILE:-dev}" \
 # The `ucache` command, for the simulator's comparison.
 cargo build --quiet -p ucache-cli
 export UCACHE_CLI=$PWD/target/debug/ucache UCACHE_CLI_REQUIRED=1
+# The LD_PRELOAD shim, for DuckDB under its read mode (tests/test_preload_duckdb.py).
+cargo build --quiet -p ucache-preload
+export UCACHE_PRELOAD_LIB=$PWD/target/debug/libucache_preload.so UCACHE_PRELOAD_REQUIRED=1
 # libcachesim was installed above: the conformance test must run, not skip.
 export UCACHE_LIBCACHESIM_REQUIRED=1
 

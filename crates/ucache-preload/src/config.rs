@@ -20,6 +20,8 @@ pub(crate) struct Config {
     pub fault_threads: usize,
     /// Read the file with `O_DIRECT` where a read is aligned (see `store.rs`).
     pub direct: bool,
+    /// Read mode (`UCACHE_READS=1`): `pread` of matched files served from the cache.
+    pub reads: bool,
 }
 
 /// Parses `256MiB`, `16KiB`, `1G`, `4096`: binary units, case-insensitive.
@@ -98,11 +100,14 @@ impl Config {
                 .filter(|&n| n <= 64)
                 .ok_or_else(|| format!("UCACHE_FAULT_THREADS='{n}' must be 0 to 64"))?,
         };
-        let direct = match get("UCACHE_DIRECT").as_deref() {
-            None | Some("1") => true,
-            Some("0") => false,
-            Some(s) => return Err(format!("UCACHE_DIRECT='{s}' must be 0 or 1")),
+        let flag = |name: &str, default: bool| match get(name).as_deref() {
+            None | Some("") => Ok(default),
+            Some("0") => Ok(false),
+            Some("1") => Ok(true),
+            Some(s) => Err(format!("{name}='{s}' must be 0 or 1")),
         };
+        let direct = flag("UCACHE_DIRECT", true)?;
+        let reads = flag("UCACHE_READS", false)?;
         Ok(Some(Config {
             direct,
             globs,
@@ -111,6 +116,7 @@ impl Config {
             buffer_size,
             stats,
             fault_threads,
+            reads,
         }))
     }
 
@@ -168,6 +174,7 @@ mod tests {
             vec![("UCACHE_FILES", "*"), ("UCACHE_POLICY", "nope")],
             vec![("UCACHE_FILES", "*"), ("UCACHE_BUFFER_SIZE", "3000")],
             vec![("UCACHE_FILES", "*"), ("UCACHE_DIRECT", "yes")],
+            vec![("UCACHE_FILES", "*"), ("UCACHE_READS", "yes")],
         ] {
             let e = Config::from_env(env(&bad)).unwrap_err();
             assert!(e.contains("UCACHE_"), "{e}");

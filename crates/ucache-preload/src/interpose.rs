@@ -11,6 +11,7 @@ use std::sync::atomic::AtomicUsize;
 
 use libc::{off_t, size_t, ssize_t};
 
+use crate::reads;
 use crate::real;
 use crate::shim::{self, active, enter};
 use crate::stdio;
@@ -209,6 +210,15 @@ fn write_through(
 
 /// A read at `off` (`None`: the file position) into `buf`.
 unsafe fn do_read(fd: c_int, buf: *mut c_void, n: size_t, off: Option<off_t>) -> ssize_t {
+    if let Some(o) = off {
+        // SAFETY: the program's arguments, passed on.
+        if let Some(r) = catch_unwind(|| unsafe { reads::pread(fd, buf, n, o) })
+            .ok()
+            .flatten()
+        {
+            return r;
+        }
+    }
     // SAFETY: the program's arguments, passed on.
     let kernel = |p: usize, k: usize, done: usize| unsafe {
         match off {
@@ -231,14 +241,21 @@ unsafe fn do_write(fd: c_int, buf: *const c_void, n: size_t, off: Option<off_t>)
             None => real::write(fd, p as *const c_void, k),
         }
     };
-    when_active(
+    let r = when_active(
         || {
             write_through(fd, off, n, || {
                 shim::transfer(buf as usize, n, false, kernel)
             })
         },
         || kernel(buf as usize, n, 0),
-    )
+    );
+    written(fd);
+    r
+}
+
+/// After a write-like call on `fd`: read mode drops the file's cached copy.
+fn written(fd: c_int) {
+    let _ = catch_unwind(|| reads::after_write(fd));
 }
 
 forward! {
@@ -279,7 +296,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
     // SAFETY: the program's arguments, passed on.
     let kernel = || unsafe { real::writev(fd, iov, cnt) };
-    when_active(
+    let r = when_active(
         || {
             write_through(fd, None, shim::iov_len(iov, cnt), || {
                 shim::touch_iov(iov, cnt, false);
@@ -287,7 +304,9 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
             })
         },
         kernel,
-    )
+    );
+    written(fd);
+    r
 }
 
 /// # Safety
@@ -306,7 +325,7 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c
 unsafe fn do_truncate(fd: c_int, len: off_t) -> c_int {
     // SAFETY: the program's arguments, passed on.
     let kernel = || unsafe { real::ftruncate(fd, len) };
-    when_active(
+    let r = when_active(
         || {
             let v = shim::file_view(fd)?;
             let r = kernel();
@@ -320,7 +339,9 @@ unsafe fn do_truncate(fd: c_int, len: off_t) -> c_int {
             Some(r)
         },
         kernel,
-    )
+    );
+    written(fd);
+    r
 }
 
 forward! {

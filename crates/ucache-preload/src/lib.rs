@@ -17,7 +17,8 @@
 //! Layout: `real` (the functions behind the shim and raw system calls), `config` (the
 //! environment), `store` (the file as a ucache object), `table` (the live mappings, read
 //! without locks), `shim` (what the calls do), `stdio` (glibc's unlocked standard streams
-//! kept while the program has one thread), `interpose` (the exported symbols).
+//! kept while the program has one thread), `reads` (read mode: `pread` of matched files served
+//! from the cache, `UCACHE_READS=1`), `interpose` (the exported symbols).
 
 // The unit tests build without the exported symbols (`interpose`), so much is unused there.
 #![cfg_attr(test, allow(dead_code))]
@@ -25,6 +26,7 @@
 mod config;
 #[cfg(not(test))]
 mod interpose;
+mod reads;
 mod real;
 mod shim;
 mod stdio;

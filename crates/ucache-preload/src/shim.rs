@@ -114,6 +114,9 @@ pub(crate) fn fini() {
                 "stats: mappings {mapped}, refused {refused}, no cache made"
             )),
         }
+        if CONFIG.get().is_some_and(|c| c.reads) {
+            say(&crate::reads::stats());
+        }
     }
 }
 
@@ -160,7 +163,12 @@ extern "C" fn fork_child() {
     });
 }
 
-fn cache() -> Option<&'static Cache> {
+/// The configuration, once the constructor has read a good one.
+pub(crate) fn config() -> Option<&'static Config> {
+    CONFIG.get()
+}
+
+pub(crate) fn cache() -> Option<&'static Cache> {
     CACHE
         .get_or_init(|| {
             let c = CONFIG.get()?;
@@ -225,6 +233,19 @@ impl Policy for Named {
     fn on_evict(&self, i: u64) {
         self.0.on_evict(i)
     }
+}
+
+/// `o` with `UCACHE_POLICY`'s policy (and readahead) when one is named; ucache's default
+/// otherwise. `None` only for a name the registry lost since the configuration was checked.
+pub(crate) fn with_policy(cfg: &Config, o: MapOptions) -> Option<MapOptions> {
+    let Some(name) = &cfg.policy else {
+        return Some(o);
+    };
+    let p = ucache::policy::policy_by_name(name)?;
+    Some(o.policy(Box::new(WithPrefetch::new(
+        Named(p),
+        ReadAhead::transparent_default(cfg.buffer_size),
+    ))))
 }
 
 fn round_up(n: usize) -> usize {
@@ -329,13 +350,7 @@ fn new_mapping(s: Spec) -> Option<*mut c_void> {
         .offset(s.offset)
         .len(s.len as u64)
         .buffer_size(bs);
-    if let Some(name) = &cfg.policy {
-        let p = ucache::policy::policy_by_name(name)?;
-        o = o.policy(Box::new(WithPrefetch::new(
-            Named(p),
-            ReadAhead::transparent_default(bs),
-        )));
-    }
+    o = with_policy(cfg, o)?;
     if cfg.fault_threads > 0 {
         o = o.fault_handling(FaultHandling::HandlerThreads(cfg.fault_threads));
     }

@@ -12,6 +12,15 @@ runs the 22 queries on each system:
 - ``fsspec-local`` (only when named in `--systems`): the same files through the same
   filesystem class with every read an ``os.pread`` (no cache): the cost of DuckDB's Python
   filesystem layer alone, the floor under ``ucache-local``;
+- ``ucache-preload``: DuckDB's own reads of the local files (its ``pread64`` calls) served by
+  ucache's LD_PRELOAD shim in read mode (``UCACHE_READS=1``, crates/ucache-preload), in a
+  child process started with the shim (`--preload-lib`); no Python in the read path;
+- ``local-proc`` (only when named in `--systems`): ``local`` in the same kind of child process
+  without the shim, to see what the child process alone changes;
+- ``ucache-arrow`` (only when named in `--systems`): the zero-copy path: each file a
+  transparent mapping whose memory pyarrow reads as a ``pyarrow.Buffer`` (a Parquet fragment
+  of an Arrow dataset), and DuckDB scanning the datasets (projection and filters pushed into
+  pyarrow's scanner);
 - ``s3fs``: the S3 objects through s3fs registered with DuckDB;
 - ``httpfs``: the S3 objects through DuckDB's own httpfs extension, if it loads here;
 - ``ucache-s3``: the S3 objects through ``ucache://s3://``;
@@ -37,6 +46,9 @@ import os
 import statistics
 import subprocess
 import sys
+import pickle
+import re
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -71,9 +83,14 @@ def normalize(rows: list[tuple]) -> list[tuple]:
 
 
 class System:
-    def __init__(self, name: str, setup: Callable[[duckdb.DuckDBPyConnection], Callable[[str], str]]):
+    """`setup(con, info)` prepares a DuckDB connection and returns the URL of each table (or
+    None where it made the views itself); `child`, where set, runs the whole system in a child
+    process instead."""
+
+    def __init__(self, name: str, setup: Callable[..., Any] | None = None, child: Callable[[], Any] | None = None):
         self.name = name
         self.setup = setup
+        self.child = child
 
 
 def views(con: duckdb.DuckDBPyConnection, url: Callable[[str], str]) -> None:
@@ -81,11 +98,7 @@ def views(con: duckdb.DuckDBPyConnection, url: Callable[[str], str]) -> None:
         con.execute(f"create or replace view {t} as select * from read_parquet('{url(t)}')")
 
 
-def run_system(sys_: System, runs: int) -> tuple[dict[int, float], dict[int, list[tuple]], dict]:
-    con = duckdb.connect()
-    info: dict = {}
-    url = sys_.setup(con, info)
-    views(con, url)
+def run_queries(con: duckdb.DuckDBPyConnection, runs: int) -> tuple[dict[int, float], dict[int, list[tuple]]]:
     times: dict[int, float] = {}
     results: dict[int, list[tuple]] = {}
     for q, sql in QUERIES.items():
@@ -97,7 +110,50 @@ def run_system(sys_: System, runs: int) -> tuple[dict[int, float], dict[int, lis
             if r == 0:
                 results[q] = normalize(rows)
         times[q] = statistics.mean(ts[1:]) if runs > 1 else ts[0]
-    if "fs" in info:
+    return times, results
+
+
+def shim_stats(stderr: str) -> dict:
+    """The counters of the shim's ``UCACHE_STATS=1`` lines (cache statistics, read mode)."""
+    out: dict = {}
+    for key in ["hits", "misses", "evictions", "bytes_read", "prefetches", "prefetch_used"]:
+        m = re.search(rf"\b{key}: (\d+)", stderr)
+        if m:
+            out[key] = int(m.group(1))
+    m = re.search(r"read mode: (\d+) preads served, (\d+) file mappings made", stderr)
+    if m:
+        out["preads_served"], out["file_mappings"] = int(m.group(1)), int(m.group(2))
+    return out
+
+
+def run_child(name: str, a: argparse.Namespace, env: dict[str, str]) -> tuple[dict[int, float], dict[int, list[tuple]], dict]:
+    """Runs system `name` (a local one) in a child process of this script with `env` added:
+    the way to put the LD_PRELOAD shim under DuckDB's own reads."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.pickle"
+        cmd = [sys.executable, __file__, "--data", str(a.data.parent), "--sf", str(a.sf), "--runs", str(a.runs)]
+        cmd += ["--worker", name, "--worker-out", str(out)]
+        p = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"{name} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+        with open(out, "rb") as f:
+            times, results = pickle.load(f)
+    return times, results, shim_stats(p.stderr)
+
+
+def run_system(sys_: System, runs: int) -> tuple[dict[int, float], dict[int, list[tuple]], dict]:
+    if sys_.child is not None:
+        return sys_.child()
+    con = duckdb.connect()
+    info: dict = {}
+    url = sys_.setup(con, info)
+    if url is not None:
+        views(con, url)
+    times, results = run_queries(con, runs)
+    if "cache" in info:
+        s = info["cache"].stats()
+        info = {k: s[k] for k in ["bytes_read", "hits", "misses", "evictions"]}
+    elif "fs" in info:
         s = info["fs"].cache.stats()
         maps = list(info["fs"]._maps.values())
         info = {
@@ -120,15 +176,37 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--systems", default="local,ucache-local,s3fs,httpfs,ucache-s3")
+    ap.add_argument("--systems", default="local,ucache-local,ucache-preload,s3fs,httpfs,ucache-s3")
     ap.add_argument(
         "--buffer-size", default=None, help="ucache's buffer size for S3 (default: the filesystem's, from the budget; local: 64KiB)"
     )
     ap.add_argument("--prefetch-depth", type=int, default=2, help="row groups ahead for ucache-s3-pf")
     ap.add_argument("--budget-fraction", type=float, default=0.25, help="ucache's budget, as a share of the data")
+    ap.add_argument(
+        "--preload-lib",
+        type=Path,
+        default=Path(__file__).resolve().parents[3] / "target/release/libucache_preload.so",
+        help="the LD_PRELOAD shim for ucache-preload (cargo build --release -p ucache-preload)",
+    )
+    ap.add_argument(
+        "--preload-env",
+        action="append",
+        default=[],
+        metavar="VAR=VALUE",
+        help="a shim setting for ucache-preload over the defaults (e.g. UCACHE_BUFFER_SIZE=32KiB, UCACHE_POLICY=lfu)",
+    )
+    ap.add_argument("--worker", help=argparse.SUPPRESS)  # a child process: run this local system only
+    ap.add_argument("--worker-out", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
 
     a.data = a.data / f"sf{a.sf}"
+    if a.worker:
+        con = duckdb.connect()
+        views(con, lambda t: str(a.data / f"{t}.parquet"))
+        with open(a.worker_out, "wb") as f:
+            pickle.dump(run_queries(con, a.runs), f)
+        con.close()
+        return 0
     generate(a.sf, a.data)
     data_bytes = sum((a.data / f"{t}.parquet").stat().st_size for t in TABLES)
     budget = max(int(data_bytes * a.budget_fraction), 8 << 20)
@@ -149,12 +227,9 @@ def main() -> int:
         class PreadFile(UcacheFile):
             """ucache's file object with its reads replaced by os.pread: no cache."""
 
-            def read(self, length=-1):
+            def _read_at(self, start, end):
                 fd = fds.get(self.path) or fds.setdefault(self.path, os.open(self.path, os.O_RDONLY))
-                end = self.size if length is None or length < 0 else min(self.size, self.loc + length)
-                out = os.pread(fd, max(end - self.loc, 0), self.loc)
-                self.loc += len(out)
-                return out
+                return os.pread(fd, end - start, start)
 
         class PreadFileSystem(UcacheFileSystem):
             def _open(self, path, mode="rb", **kwargs):
@@ -165,7 +240,41 @@ def main() -> int:
         con.register_filesystem(PreadFileSystem(memory=8 << 20))
         return lambda t: f"ucache://{a.data.resolve()}/{t}.parquet"
 
-    systems += [System("local", local), System("ucache-local", ucache_local), System("fsspec-local", fsspec_local)]
+    def ucache_arrow(con, info):
+        import pyarrow as pa
+        import pyarrow.dataset as ds
+
+        cache = ucache.Cache(budget)
+        fmt = ds.ParquetFileFormat()
+        for t in TABLES:
+            m = cache.map(str(a.data / f"{t}.parquet"), transparent=True, buffer_size="64KiB")
+            frag = fmt.make_fragment(pa.py_buffer(memoryview(m)))
+            con.register(f"{t}_arrow", ds.FileSystemDataset([frag], frag.physical_schema, fmt))
+            con.execute(f"create or replace view {t} as select * from {t}_arrow")
+        info["cache"] = cache
+        return None
+
+    def preload_env() -> dict[str, str]:
+        if not a.preload_lib.exists():
+            raise FileNotFoundError(f"{a.preload_lib}: build it with cargo build --release -p ucache-preload")
+        return {
+            "LD_PRELOAD": str(a.preload_lib),
+            "UCACHE_FILES": f"{a.data.resolve()}/*.parquet",
+            "UCACHE_READS": "1",
+            "UCACHE_MEMORY": str(budget),
+            "UCACHE_BUFFER_SIZE": "64KiB",
+            "UCACHE_STATS": "1",
+            **dict(kv.split("=", 1) for kv in a.preload_env),
+        }
+
+    systems += [
+        System("local", local),
+        System("ucache-local", ucache_local),
+        System("fsspec-local", fsspec_local),
+        System("ucache-preload", child=lambda: run_child("ucache-preload", a, preload_env())),
+        System("local-proc", child=lambda: run_child("local-proc", a, {})),
+        System("ucache-arrow", ucache_arrow),
+    ]
 
     endpoint = os.environ.get("UCACHE_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint and os.environ.get("AWS_ACCESS_KEY_ID"):
@@ -251,6 +360,7 @@ def main() -> int:
         "ucache_budget": budget,
         "buffer_size_s3": a.buffer_size or default_s3_buffer_size(budget),
         "prefetch_depth": a.prefetch_depth,
+        "preload_env": a.preload_env,
         "rounds": a.rounds,
         "runs": a.runs,
         "systems": ran,
@@ -265,6 +375,12 @@ def main() -> int:
                 ("ucache-local", "local"),
                 ("fsspec-local", "local"),
                 ("ucache-local", "fsspec-local"),
+                ("ucache-preload", "local"),
+                ("ucache-preload", "local-proc"),
+                ("local-proc", "local"),
+                ("ucache-arrow", "local"),
+                ("ucache-preload", "s3fs"),
+                ("local", "s3fs"),
                 ("ucache-s3", "s3fs"),
                 ("ucache-s3-pf", "s3fs"),
                 ("ucache-s3-pf", "ucache-s3"),

@@ -326,14 +326,77 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
             m.close()
 
 
-class UcacheFile(AbstractBufferedFile):
+class SharedPositionFile(AbstractBufferedFile):
+    """An fsspec read-only file whose `seek` followed by `read` in one thread reads where that
+    thread sought, even while other threads seek the same file object in between.
+
+    DuckDB (2.0, ``register_filesystem``) shares one Python file object among all the threads
+    that scan a file, and reads a range as two calls, ``seek(offset)`` then ``read(n)``, each
+    taking the GIL on its own. Between them another thread may seek the same object, and with
+    one position per object the first thread reads the other's range: wrong bytes, or a short
+    read near the end of the file (DuckDB's ``Failed to read N bytes from Python file at
+    offset O: only M bytes returned``, seen once in docs/results/2026-11-26-tpch).
+
+    So each thread's last `seek` is kept as well as the object's position: a `read` by a thread
+    whose own `seek` is still pending reads from there; any other `read` reads from the
+    object's position (the usual semantics, also for a file handed from one thread to
+    another), and makes every pending seek stale: after a read from the shared position, a
+    thread reads from its own seek only if it sought again. One thread alone sees a plain
+    file. Subclasses implement :meth:`_read_at`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pos_lock = threading.Lock()
+        # thread ident -> (its sought position, the generation it was sought in)
+        self._sought: dict[int, tuple[int, int]] = {}
+        self._generation = 0
+
+    def seek(self, loc: int, whence: int = 0) -> int:
+        with self._pos_lock:
+            at = super().seek(loc, whence)
+            self._sought[threading.get_ident()] = (at, self._generation)
+            return at
+
+    def _claim(self, length: int | None) -> tuple[int, int]:
+        """The range `[start, end)` a `read(length)` of this thread covers (clamped to the
+        size), the position moved past it."""
+        with self._pos_lock:
+            mine = self._sought.pop(threading.get_ident(), None)
+            if mine is not None and mine[1] == self._generation:
+                start = mine[0]
+            else:
+                start = self.loc
+                self._generation += 1
+            end = self.size if length is None or length < 0 else min(self.size, start + length)
+            end = max(start, end)
+            self.loc = end
+            return start, end
+
+    def read(self, length: int = -1) -> bytes:
+        """Up to `length` bytes from the position (all the rest if negative); the position
+        moves past them."""
+        if self.closed:
+            raise ValueError("I/O operation on closed file.")
+        start, end = self._claim(length)
+        if end <= start:
+            return b""
+        return self._read_at(start, end)
+
+    def _read_at(self, start: int, end: int) -> bytes:
+        """Bytes `[start, end)` of the file, all of them (`end` is within the size)."""
+        raise NotImplementedError
+
+
+class UcacheFile(SharedPositionFile):
     """A read-only file of a :class:`UcacheFileSystem`: `read`, `seek`, `tell` and `size` as
-    any fsspec file, with every read served by the file's ucache mapping.
+    any fsspec file, with every read served by the file's ucache mapping; safe for DuckDB's
+    concurrent `seek`/`read` pairs on one file object (:class:`SharedPositionFile`).
 
     `read` goes straight to the mapping (and the Parquet prefetcher), both looked up at the
-    first read (an empty file is never mapped): DuckDB calls `seek` and `read` once per range it wants, under the GIL, from all of
-    its threads, so each layer of fsspec's generic read path (path normalization, size and
-    mapping look-ups, its block-cache object) would cost every thread time on every read."""
+    first read (an empty file is never mapped): DuckDB calls `seek` and `read` once per range
+    it wants, under the GIL, from all of its threads, so each layer of fsspec's generic read
+    path (path normalization, size and mapping look-ups, its block-cache object) would cost
+    every thread time on every read."""
 
     def __init__(self, fs: UcacheFileSystem, path: str, mode: str = "rb", size: int | None = None) -> None:
         # cache_type "none": no read-ahead block cache of fsspec's over ucache's own.
@@ -344,24 +407,14 @@ class UcacheFile(AbstractBufferedFile):
     def _fetch_range(self, start: int, end: int) -> bytes:
         return self.fs.read_range(self.path, start, end)
 
-    def read(self, length: int = -1) -> bytes:
-        """Up to `length` bytes from the position (all the rest if negative), through the
-        mapping; the position moves past them."""
-        if self.closed:
-            raise ValueError("I/O operation on closed file.")
-        loc = self.loc
-        end = self.size if length is None or length < 0 else min(self.size, loc + length)
-        if end <= loc:
-            return b""
+    def _read_at(self, loc: int, end: int) -> bytes:
         m = self._mapping
         if m is None or m.closed:  # first read, or the filesystem's close_all ran
             m = self._mapping = self.fs.mapping(self.path)
             self._prefetcher = self.fs.prefetcher(self.path)
         if self._prefetcher is not None:
             self._prefetcher.on_read(loc, end)
-        out = m.read(loc, end - loc)
-        self.loc = end
-        return out
+        return m.read(loc, end - loc)
 
 
-__all__ = ["UcacheFileSystem", "UcacheFile", "NotFound", "default_s3_buffer_size", "size_weight"]
+__all__ = ["UcacheFileSystem", "UcacheFile", "SharedPositionFile", "NotFound", "default_s3_buffer_size", "size_weight"]
