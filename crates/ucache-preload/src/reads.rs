@@ -207,7 +207,7 @@ fn map_file(fd: i32, st: &libc::stat, cfg: &Config) -> Option<ReadFile> {
         return None;
     }
     let nfd = real::reopen(fd, false)?;
-    let file = Arc::new(RawFile { fd: nfd });
+    let file = Arc::new(RawFile::new(nfd, cfg.direct));
     match real::fstat(nfd) {
         Some(s) if s.st_dev == st.st_dev && s.st_ino == st.st_ino => {}
         _ => return None, // Renamed over meanwhile: the kernel serves it.

@@ -297,8 +297,7 @@ pub(crate) fn map_fd(len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> Op
         ));
         return None;
     };
-    let direct = cfg.direct.then(|| real::reopen_direct(nfd)).flatten();
-    let file = Arc::new(RawFile { fd: nfd, direct });
+    let file = Arc::new(RawFile::new(nfd, cfg.direct));
     match real::fstat(nfd) {
         Some(s) if s.st_dev == st.st_dev && s.st_ino == st.st_ino => {}
         _ => return None,

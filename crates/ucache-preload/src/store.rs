@@ -45,6 +45,13 @@ pub(crate) static DIRECT_BYTES: AtomicU64 = AtomicU64::new(0);
 const DIRECT_ALIGN: usize = 4096;
 
 impl RawFile {
+    /// The file behind the shim's own descriptor `fd`, with an `O_DIRECT` twin for aligned
+    /// reads when `direct` is asked for and the file system allows one.
+    pub(crate) fn new(fd: i32, direct: bool) -> RawFile {
+        let direct = direct.then(|| crate::real::reopen_direct(fd)).flatten();
+        RawFile { fd, direct }
+    }
+
     fn size(&self) -> io::Result<u64> {
         crate::real::fstat(self.fd)
             .map(|st| st.st_size as u64)
