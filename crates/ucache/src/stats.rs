@@ -102,6 +102,8 @@ counters! {
     fault_bookkeeping_ns: "With `profile_faults`: of that, bookkeeping: the policy's hooks (on_miss, on_insert, choosing prefetches) and publishing the buffer. The rest of `fault_ns` is checks (state words, claims, waits).",
     set_aside: "Buffers of transparent mappings set aside as eviction candidates (copied into the pool, pages dropped).",
     restores: "Set-aside buffers touched again and brought back without IO (soft faults).",
+    store_reads: "Read requests handed to stores: one per run of adjacent buffers read together, so `bytes_read` over this (against the buffer size) says how well reads were coalesced.",
+    store_reads_overlapped: "Of `store_reads`, those handed over while another read of the same batch or stream was still outstanding, which a store can keep in flight together (io_uring, or `FileStore`'s IO threads). 0 means every read waited for the one before it.",
 }
 
 /// The live counters of one cache.
@@ -165,6 +167,8 @@ pub(crate) enum Counter {
     FaultBookkeepingNs,
     SetAside,
     Restores,
+    StoreReads,
+    StoreReadsOverlapped,
 }
 
 impl Stats {
@@ -213,6 +217,8 @@ impl Stats {
             Counter::FaultBookkeepingNs => &s.fault_bookkeeping_ns,
             Counter::SetAside => &s.set_aside,
             Counter::Restores => &s.restores,
+            Counter::StoreReads => &s.store_reads,
+            Counter::StoreReadsOverlapped => &s.store_reads_overlapped,
         };
         Self::bump(a, n, owned);
     }

@@ -88,6 +88,8 @@ impl fmt::Display for StatsSnapshot {
                 ("write faults", self.write_faults),
                 ("set aside", self.set_aside),
                 ("restores", self.restores),
+                ("store reads", self.store_reads),
+                ("overlapped", self.store_reads_overlapped),
             ];
             let rest: Vec<String> = rest
                 .iter()

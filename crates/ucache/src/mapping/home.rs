@@ -143,6 +143,7 @@ impl MappingCore {
         sw: &mut Stopwatch,
     ) -> Result<()> {
         let off = self.object_offset(i);
+        self.count_store_read(0);
         if !self.home.is_transparent() {
             *filled = true;
             // SAFETY: buffer i is Loading and ours, and its room taken: no other thread
