@@ -320,6 +320,15 @@ typedef struct ucache_stats {
    */
   uint64_t restores;
   /**
+   * Read requests handed to stores (one per run of adjacent buffers read together).
+   */
+  uint64_t store_reads;
+  /**
+   * Of those, the ones handed over while another read of the same batch or stream was
+   * outstanding.
+   */
+  uint64_t store_reads_overlapped;
+  /**
    * Miss latency histogram: entry i counts misses that took [2^i, 2^(i+1)) ns.
    */
   uint64_t miss_latency[UCACHE_LATENCY_BUCKETS];

@@ -165,6 +165,11 @@ pub struct ucache_stats {
     pub set_aside: u64,
     /// Set-aside buffers touched again and brought back without IO.
     pub restores: u64,
+    /// Read requests handed to stores (one per run of adjacent buffers read together).
+    pub store_reads: u64,
+    /// Of those, the ones handed over while another read of the same batch or stream was
+    /// outstanding.
+    pub store_reads_overlapped: u64,
     /// Miss latency histogram: entry i counts misses that took [2^i, 2^(i+1)) ns.
     pub miss_latency: [u64; UCACHE_LATENCY_BUCKETS],
 }
@@ -225,6 +230,8 @@ stats_from_snapshot!(
     fault_bookkeeping_ns,
     set_aside,
     restores,
+    store_reads,
+    store_reads_overlapped,
 );
 
 /// Copies the cache's counters into `*out`.

@@ -290,6 +290,8 @@ impl System for Ucache {
             ("fault_bookkeeping_ns", s.fault_bookkeeping_ns),
             ("set_aside", s.set_aside),
             ("restores", s.restores),
+            ("store_reads", s.store_reads),
+            ("store_reads_overlapped", s.store_reads_overlapped),
         ]
     }
 
