@@ -576,7 +576,9 @@ fn failed_reads_of_a_pool_mapping_give_their_frames_back() {
         .map(
             s,
             "o",
-            MapOptions::new().placement(Placement::Pool).readahead(false),
+            MapOptions::new()
+                .placement(Placement::Pool)
+                .readahead(false),
         )
         .unwrap();
     drop(m.pin_shared(0).unwrap());

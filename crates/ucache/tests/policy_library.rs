@@ -239,9 +239,7 @@ fn on_miss_is_called_for_demand_misses_only() {
             Arc::new(store),
             "db",
             // Pins in order would read ahead: these are demand misses only.
-            MapOptions::new()
-                .policy(Box::new(policy))
-                .readahead(false),
+            MapOptions::new().policy(Box::new(policy)).readahead(false),
         )
         .unwrap();
     for i in 0..10 {

@@ -69,7 +69,9 @@ fn parse_system(s: &str) -> Result<(Via, &str), String> {
         other => return Err(format!("unknown system '{other}' in '{s}'")),
     };
     if !matches!(store, "file" | "direct" | "uring") {
-        return Err(format!("unknown store '{store}' in '{s}' (file, direct, uring)"));
+        return Err(format!(
+            "unknown store '{store}' in '{s}' (file, direct, uring)"
+        ));
     }
     Ok((via, store))
 }
@@ -150,7 +152,8 @@ fn pass(
             let mut first = 0;
             while first < m.buffers() {
                 let n = per.min(m.buffers() - first);
-                m.ensure_cached(first * bs, n * bs).map_err(|e| e.to_string())?;
+                m.ensure_cached(first * bs, n * bs)
+                    .map_err(|e| e.to_string())?;
                 for i in first..first + n {
                     let g = m.pin_shared(i).map_err(|e| e.to_string())?;
                     check(&g, i * bs, &mut bad);
@@ -243,7 +246,11 @@ mod tests {
     fn systems_parse_and_bad_ones_say_why() {
         assert_eq!(parse_system("read:uring").unwrap(), (Via::Read, "uring"));
         assert_eq!(parse_system("pins").unwrap(), (Via::Pins, "file"));
-        assert!(parse_system("scan:file").unwrap_err().contains("unknown system"));
-        assert!(parse_system("read:s3").unwrap_err().contains("unknown store"));
+        assert!(parse_system("scan:file")
+            .unwrap_err()
+            .contains("unknown system"));
+        assert!(parse_system("read:s3")
+            .unwrap_err()
+            .contains("unknown store"));
     }
 }

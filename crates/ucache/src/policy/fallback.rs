@@ -84,7 +84,10 @@ mod tests {
     fn the_next_sweep_starts_after_the_last_victim() {
         let st: Vec<BufferState> = (0..64).map(|_| BufferState::new()).collect();
         for s in &st {
-            let cached = Word::EVICTED.begin_load().unwrap().finish_load(Pin::None, false);
+            let cached = Word::EVICTED
+                .begin_load()
+                .unwrap()
+                .finish_load(Pin::None, false);
             s.store_exclusive(cached);
         }
         let f = Fallback::new();
