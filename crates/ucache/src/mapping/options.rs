@@ -150,7 +150,7 @@ impl MapOptions {
     /// previous one; see
     /// [`ReadAhead::transparent_default`](crate::policy::prefetch::ReadAhead::transparent_default))
     /// and loads the window in the background on the cache's IO threads, one read per 128 KiB
-    /// run. Random access never triggers it, and a window never takes more than the budget
+    /// run (per buffer on a [`Placement::Pool`] mapping, whose frames are not adjacent). Random access never triggers it, and a window never takes more than the budget
     /// holds (less what the background evictor keeps free), so a scan cannot flush the cache
     /// with its readahead.
     ///
