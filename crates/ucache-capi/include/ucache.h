@@ -440,7 +440,8 @@ typedef struct ucache_map_options {
    */
   bool transparent;
   /**
-   * Transparent mappings with the default policy: sequential readahead (default true).
+   * Sequential readahead (default true): pins of explicit mappings whose policy does not
+   * prefetch, and transparent mappings with the default policy (`MapOptions::readahead`).
    */
   bool readahead;
   /**
