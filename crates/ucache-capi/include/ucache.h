@@ -329,6 +329,15 @@ typedef struct ucache_stats {
    */
   uint64_t installed_bytes;
   /**
+   * Read requests handed to stores (one per run of adjacent buffers read together).
+   */
+  uint64_t store_reads;
+  /**
+   * Of those, the ones handed over while another read of the same batch or stream was
+   * outstanding.
+   */
+  uint64_t store_reads_overlapped;
+  /**
    * Miss latency histogram: entry i counts misses that took [2^i, 2^(i+1)) ns.
    */
   uint64_t miss_latency[UCACHE_LATENCY_BUCKETS];
@@ -442,7 +451,8 @@ typedef struct ucache_map_options {
    */
   bool transparent;
   /**
-   * Transparent mappings with the default policy: sequential readahead (default true).
+   * Sequential readahead (default true): pins of explicit mappings whose policy does not
+   * prefetch, and transparent mappings with the default policy (`MapOptions::readahead`).
    */
   bool readahead;
   /**

@@ -170,6 +170,11 @@ pub struct ucache_stats {
     pub installs: u64,
     /// Bytes those calls installed.
     pub installed_bytes: u64,
+    /// Read requests handed to stores (one per run of adjacent buffers read together).
+    pub store_reads: u64,
+    /// Of those, the ones handed over while another read of the same batch or stream was
+    /// outstanding.
+    pub store_reads_overlapped: u64,
     /// Miss latency histogram: entry i counts misses that took [2^i, 2^(i+1)) ns.
     pub miss_latency: [u64; UCACHE_LATENCY_BUCKETS],
 }
@@ -232,6 +237,8 @@ stats_from_snapshot!(
     restores,
     installs,
     installed_bytes,
+    store_reads,
+    store_reads_overlapped,
 );
 
 /// Copies the cache's counters into `*out`.

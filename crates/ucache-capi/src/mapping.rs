@@ -52,7 +52,8 @@ pub struct ucache_map_options {
     /// Plain loads and stores through the mapping's base pointer, like mmap (userfaultfd;
     /// Linux x86-64). Default false.
     pub transparent: bool,
-    /// Transparent mappings with the default policy: sequential readahead (default true).
+    /// Sequential readahead (default true): pins of explicit mappings whose policy does not
+    /// prefetch, and transparent mappings with the default policy (`MapOptions::readahead`).
     pub readahead: bool,
     /// Transparent mappings: give eviction candidates a second chance (default false).
     pub track_access: bool,

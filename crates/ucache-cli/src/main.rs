@@ -26,6 +26,10 @@ enum Cmd {
     /// Replay a trace (or a generated Zipf trace) through the cache's policies at several
     /// cache sizes; print miss ratios, write JSON and a miss-ratio-curve SVG.
     Sim(sim::SimArgs),
+    /// A cold sequential pass over a file through std::fs and through ucache's batched reads
+    /// (Mapping::read, pin_each, ensure_cached, readahead pins), page cache dropped before
+    /// each pass; prints each one's throughput over std::fs's.
+    Coldread(bench::cold::ColdArgs),
     /// A one-minute comparison with sensible defaults, explained.
     Demo(demo::DemoArgs),
     /// One run of one system (used by `bench`; prints one JSON line).
@@ -62,6 +66,17 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Cmd::Bench(args) => finish(bench::run_or_sweep(&args)),
         Cmd::Demo(args) => finish(demo::run(&args)),
+        Cmd::Coldread(args) => match bench::cold::run(&args) {
+            Ok(0) => ExitCode::SUCCESS,
+            Ok(bad) => {
+                eprintln!("error: CORRECTNESS FAILURE: {bad} words did not hold their offset");
+                ExitCode::from(2)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Cmd::Sim(args) => match sim::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

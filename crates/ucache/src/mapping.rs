@@ -34,7 +34,7 @@ use crate::cache::CacheCore;
 use crate::error::{Bounds, Error, Result};
 use crate::fault::{FaultHandling, FaultHook};
 use crate::fault_thread::FaultThreads;
-use crate::policy::prefetch::{ReadAhead, WithPrefetch};
+use crate::policy::prefetch::{Prefetcher, ReadAhead, WithPrefetch};
 use crate::policy::{Clock, Guarded, Layout};
 use crate::region::Region;
 use crate::sigbus::Registration;
@@ -97,7 +97,11 @@ pub(crate) struct MappingCore {
     states: Box<[BufferState]>,
     policy: Guarded,
     policy_hits: bool,
+    /// Whether a demand miss asks for prefetches: the policy's, or else `readahead`'s.
     prefetching: bool,
+    /// The readahead of an explicit mapping whose policy does not prefetch
+    /// ([`MapOptions::readahead`]).
+    readahead: Option<ReadAhead>,
     writable: bool,
     resident: AtomicU64,
     /// [`MapOptions::weight`], for the global policy.
@@ -269,6 +273,11 @@ impl MappingCore {
         }
         states.extend((0..nbuf).map(|_| BufferState::new()));
         let states = states.into_boxed_slice();
+        let layout = Layout {
+            buffers: nbuf,
+            capacity: (cache.budget_bytes() / bs as u64).max(1),
+            buffer_size: bs,
+        };
         let policy = Guarded::new(
             o.policy.unwrap_or_else(|| {
                 if o.transparent && o.readahead {
@@ -280,12 +289,15 @@ impl MappingCore {
                     Box::new(Clock::new())
                 }
             }),
-            Layout {
-                buffers: nbuf,
-                capacity: (cache.budget_bytes() / bs as u64).max(1),
-                buffer_size: bs,
-            },
+            layout,
         );
+        // Explicit mappings read ahead for pins whatever their policy, unless it prefetches
+        // itself: then its proposals replace the readahead, so nothing is fetched twice.
+        let readahead = (o.readahead && !o.transparent && !policy.has_prefetching()).then(|| {
+            let mut ra = ReadAhead::transparent_default(bs);
+            ra.attach(layout);
+            ra
+        });
         let budget_buffers = cache.budget_bytes() / bs as u64;
         let slots = if o.transparent && o.track_access {
             let want = AsidePool::slots_for(budget_buffers, nbuf, cache.batch_buffers(bs));
@@ -317,7 +329,8 @@ impl MappingCore {
         Ok(MappingCore {
             id,
             policy_hits: policy.wants_hits(),
-            prefetching: policy.has_prefetching(),
+            prefetching: policy.has_prefetching() || readahead.is_some(),
+            readahead,
             policy,
             cache,
             object: obj,
@@ -423,6 +436,16 @@ impl MappingCore {
     #[inline]
     fn stats(&self) -> &crate::stats::Stats {
         &self.own_stats
+    }
+    /// Counts one read request handed to the store, `outstanding` being how many other
+    /// requests of the same batch or stream it was handed over with, unfinished.
+    #[inline]
+    fn count_store_read(&self, outstanding: usize) {
+        self.stats().add(crate::stats::Counter::StoreReads, 1);
+        if outstanding > 0 {
+            self.stats()
+                .add(crate::stats::Counter::StoreReadsOverlapped, 1);
+        }
     }
     /// A stopwatch for one fault's phases: running if fault profiling is on and this fault
     /// is drawn for the sample.

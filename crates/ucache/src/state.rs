@@ -222,7 +222,10 @@ impl Word {
             Pin::Exclusive => Word(w.0 | X | REFERENCED),
         };
         if prefetched {
-            Word(w.0 | PREFETCHED)
+            // As new as a demand load, which is published pinned and so referenced: CLOCK
+            // gives a readahead window the same first lap, instead of evicting it, unread,
+            // before the buffers its reader has already used.
+            Word(w.0 | PREFETCHED | REFERENCED)
         } else {
             w
         }

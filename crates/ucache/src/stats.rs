@@ -109,6 +109,8 @@ counters! {
     restores: "Set-aside buffers touched again and brought back without IO (soft faults).",
     installs: "`UFFDIO_COPY` calls that installed buffers of transparent mappings. A readahead run of adjacent buffers goes in with one call, so `installed_bytes / installs` is the pages per call times 4 KiB.",
     installed_bytes: "Bytes those calls installed.",
+    store_reads: "Read requests handed to stores: one per run of adjacent buffers read together, so `bytes_read` over this (against the buffer size) says how well reads were coalesced.",
+    store_reads_overlapped: "Of `store_reads`, those handed over while another read of the same batch or stream was still outstanding, which a store can keep in flight together (io_uring, or `FileStore`'s IO threads). 0 means every read waited for the one before it.",
 }
 
 /// The live counters of one cache.
@@ -174,6 +176,8 @@ pub(crate) enum Counter {
     Restores,
     Installs,
     InstalledBytes,
+    StoreReads,
+    StoreReadsOverlapped,
 }
 
 impl Stats {
@@ -224,6 +228,8 @@ impl Stats {
             Counter::Restores => &s.restores,
             Counter::Installs => &s.installs,
             Counter::InstalledBytes => &s.installed_bytes,
+            Counter::StoreReads => &s.store_reads,
+            Counter::StoreReadsOverlapped => &s.store_reads_overlapped,
         };
         Self::bump(a, n, owned);
     }

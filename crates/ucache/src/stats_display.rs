@@ -90,6 +90,8 @@ impl fmt::Display for StatsSnapshot {
                 ("restores", self.restores),
                 ("installs", self.installs),
                 ("installed KiB", self.installed_bytes >> 10),
+                ("store reads", self.store_reads),
+                ("overlapped", self.store_reads_overlapped),
             ];
             let rest: Vec<String> = rest
                 .iter()

@@ -623,8 +623,15 @@ fn a_budget_too_small_for_one_pool_chunk_is_refused() {
 fn failed_reads_of_a_pool_mapping_give_their_frames_back() {
     let (_, s, [fail_reads, short_reads, _]) = flaky(64 * BS);
     let c = Cache::new(CacheOptions::new(2 << 20).batch(8)).unwrap();
+    // No readahead: every read the test fails is one it asked for.
     let m = c
-        .map(s, "o", MapOptions::new().placement(Placement::Pool))
+        .map(
+            s,
+            "o",
+            MapOptions::new()
+                .placement(Placement::Pool)
+                .readahead(false),
+        )
         .unwrap();
     drop(m.pin_shared(0).unwrap());
     assert_eq!(c.used(), 2 << 20, "one chunk, charged whole");

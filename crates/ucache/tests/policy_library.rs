@@ -238,7 +238,8 @@ fn on_miss_is_called_for_demand_misses_only() {
         .map(
             Arc::new(store),
             "db",
-            MapOptions::new().policy(Box::new(policy)),
+            // Pins in order would read ahead: these are demand misses only.
+            MapOptions::new().policy(Box::new(policy)).readahead(false),
         )
         .unwrap();
     for i in 0..10 {

@@ -8,6 +8,7 @@
 //! processes recorded beside every figure.
 
 pub mod cgroup;
+pub mod cold;
 pub mod cpu;
 pub mod datafile;
 pub mod latency;

@@ -2,6 +2,7 @@
 //! one store batch, so a device sees many requests in flight; `read` copies through the cache
 //! or, for buffers the policy does not admit, around it.
 
+use std::cell::RefCell;
 use std::io;
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,10 +17,27 @@ use crate::stats::Counter;
 use crate::store::IoBuf;
 
 /// Bytes of buffers per IO job of a prefetch: one run of the IO threads' stream
-/// ([`super::stream::RUN_BYTES`]), so a readahead window of 1 MiB is one job, read and
+/// ([`super::stream::STREAM_RUN_BYTES`]), so a readahead window of 1 MiB is one job, read and
 /// installed by one thread with one call each. In jobs of 128 KiB the two IO threads took
 /// alternate eighths of each window, and no run was longer than a job.
-const PREFETCH_JOB_BYTES: usize = super::stream::RUN_BYTES;
+const PREFETCH_JOB_BYTES: usize = super::stream::STREAM_RUN_BYTES;
+
+/// Most bytes one read request of a batched load or of `pin_each`'s stream covers: a run of
+/// adjacent buffers goes to the store as one request (the kernel's default readahead window).
+/// The IO threads' prefetch stream reads longer runs ([`super::stream::STREAM_RUN_BYTES`]).
+pub(super) const RUN_BYTES: usize = 128 << 10;
+
+/// What the read of a run of buffers returned, as the result of its `k`th buffer of `bs`
+/// bytes: the bytes that landed in it, or the run's error.
+pub(super) fn run_part(got: &io::Result<usize>, k: usize, bs: usize) -> io::Result<usize> {
+    match got {
+        Ok(b) => Ok(b.saturating_sub(k * bs).min(bs)),
+        Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
+    }
+}
+
+/// Most reads one [`MappingCore::read_into`] keeps in flight.
+const READ_DEPTH: usize = 64;
 
 /// Most staging memory one batched load of a transparent mapping takes at once.
 pub(super) const STAGING_BYTES: usize = 16 << 20;
@@ -162,7 +180,10 @@ impl MappingCore {
 
     /// Reads claimed buffers in one store batch into their homes, or into slots of the
     /// staging area at `stage` to install from, and publishes each one that succeeds.
-    /// Returns how many did and the first error.
+    /// Claims of consecutive buffers whose memory is adjacent (in place, or staged) travel
+    /// as one request of up to [`RUN_BYTES`], so every store, not only one that merges
+    /// requests itself, sees a scan as a few large reads. Returns how many buffers loaded
+    /// and the first error.
     fn read_batch_at(
         &self,
         mut claimed: Vec<LoadClaim<'_>>,
@@ -178,23 +199,51 @@ impl MappingCore {
                 None => c.dest(),
             })
             .collect();
-        let mut reqs: Vec<IoBuf> = claimed
+        let run_max = (RUN_BYTES / self.bs).max(1);
+        // (first claim, buffers) of each request.
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        for k in 0..claimed.len() {
+            if let Some((first, n)) = spans.last_mut() {
+                let follows = claimed[*first].index() + *n as u64 == claimed[k].index()
+                    && dests[*first].wrapping_add(*n * self.bs) == dests[k];
+                if follows && *n < run_max {
+                    *n += 1;
+                    continue;
+                }
+            }
+            spans.push((k, 1));
+        }
+        let mut reqs: Vec<IoBuf> = spans
             .iter()
-            .zip(&dests)
             // SAFETY: each destination is either the home of a Loading buffer claimed by us
-            // or our own staging slot: exclusive until the batch returns.
-            .map(|(c, &d)| unsafe { IoBuf::new(d, self.bs, self.object_offset(c.index())) })
+            // or our own staging slot, and a span covers only adjacent ones: exclusive until
+            // the batch returns.
+            .map(|&(k, n)| unsafe {
+                IoBuf::new(
+                    dests[k],
+                    n * self.bs,
+                    self.object_offset(claimed[k].index()),
+                )
+            })
             .collect();
         let mut out = Vec::with_capacity(reqs.len());
+        for k in 0..reqs.len() {
+            self.count_store_read(k);
+        }
         self.object.read_batch(&mut reqs, &mut out);
         drop(reqs);
         let mut first = None;
         let mut ok = 0u64;
-        for (k, c) in claimed.into_iter().enumerate() {
-            match self.finish_load(c, dests[k], take_result(&mut out, k), prefetched, Pin::None) {
-                Ok(()) => ok += 1,
-                Err(e) => {
-                    first.get_or_insert(e);
+        let mut claims = claimed.into_iter().enumerate();
+        for (j, &(_, n)) in spans.iter().enumerate() {
+            let got = take_result(&mut out, j);
+            for (m, (k, c)) in claims.by_ref().take(n).enumerate() {
+                let got_m = run_part(&got, m, self.bs);
+                match self.finish_load(c, dests[k], got_m, prefetched, Pin::None) {
+                    Ok(()) => ok += 1,
+                    Err(e) => {
+                        first.get_or_insert(e);
+                    }
                 }
             }
         }
@@ -300,31 +349,48 @@ impl MappingCore {
         self.state(i).load().phase() == Phase::Evicted && !self.policy.admit(i)
     }
 
-    /// Copies `[offset, offset + buf.len())` out of the mapping: each covered buffer is pinned
-    /// shared (loading it on a miss) and copied, except buffers that are missing and that the
-    /// policy refuses to admit, whose bytes are read straight from the store.
+    /// Copies `[offset, offset + buf.len())` out of the mapping: the covered buffers are
+    /// visited as by [`MappingCore::pin_each`] (hits at once, misses as their reads land, up
+    /// to [`READ_DEPTH`] reads in flight, adjacent misses read as one request), except
+    /// buffers that are missing and that the policy refuses to admit, whose bytes are read
+    /// straight from the store.
     pub(crate) fn read_into(self: &Arc<Self>, offset: u64, buf: &mut [u8]) -> Result<()> {
         let r = self.range(offset, buf.len() as u64)?;
         let end = offset + buf.len() as u64;
-        let mut bypassed = 0;
-        for i in r {
+        let buf = RefCell::new(buf);
+        // Buffer i's part of the range: where it starts within the buffer, and its bytes in
+        // `buf`.
+        let piece = |i: u64| {
             let first = i << self.shift;
             let from = offset.max(first);
             let to = end.min(first + self.bs as u64);
-            let dst = &mut buf[(from - offset) as usize..(to - offset) as usize];
-            let within = (from - first) as usize;
-            if self.bypass(i) {
-                // Still a demand miss, as the policy's history should know.
-                self.policy.on_miss(i);
-                self.read_around(i, within, dst)?;
-                bypassed += 1;
-            } else {
-                let g = self.pin_shared(i)?;
-                dst.copy_from_slice(&g[within..within + dst.len()]);
+            (
+                (from - first) as usize,
+                (from - offset) as usize..(to - offset) as usize,
+            )
+        };
+        let mut bypassed = 0;
+        let mut around: Result<()> = Ok(());
+        let mut admitted = r.filter(|&i| {
+            if around.is_err() || !self.bypass(i) {
+                return around.is_ok();
             }
-        }
+            // Still a demand miss, as the policy's history should know.
+            self.policy.on_miss(i);
+            let (within, dst) = piece(i);
+            around = self.read_around(i, within, &mut buf.borrow_mut()[dst]);
+            bypassed += 1;
+            false
+        });
+        let r = self.pin_each(&mut admitted, READ_DEPTH, &mut |i, bytes| {
+            let (within, dst) = piece(i);
+            let dst = &mut buf.borrow_mut()[dst];
+            let n = dst.len();
+            dst.copy_from_slice(&bytes[within..within + n]);
+        });
+        drop(admitted);
         self.stats().add(Counter::Bypasses, bypassed);
-        Ok(())
+        around.and(r)
     }
 
     /// Reads buffer `i` from the store into staging memory and copies bytes `within..` of it
@@ -333,6 +399,7 @@ impl MappingCore {
         with_staging(self.bs, |p| {
             // SAFETY: the staging area is this thread's and at least bs long.
             let tmp = unsafe { std::slice::from_raw_parts_mut(p, self.bs) };
+            self.count_store_read(0);
             let got = self.object.read_at(tmp, self.object_offset(i));
             self.check_read(i, got)?;
             dst.copy_from_slice(&tmp[within..within + dst.len()]);

@@ -157,6 +157,8 @@ impl MappingCore {
         sw: &mut Stopwatch,
         read: impl FnOnce(&mut [u8]) -> std::io::Result<usize>,
     ) -> Result<()> {
+        // One buffer, one request, nothing else of it outstanding.
+        self.count_store_read(0);
         if !self.home.is_transparent() {
             *filled = true;
             // SAFETY: buffer i is Loading and ours, and its room taken: no other thread

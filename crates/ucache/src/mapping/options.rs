@@ -151,14 +151,31 @@ impl MapOptions {
         self.track_access = on;
         self
     }
-    /// Transparent mappings with the default policy only: sequential readahead (on by
-    /// default), as mmap has. Code that scans with plain loads cannot ask for a prefetch, so
-    /// the mapping detects sequential misses itself (Linux's on-demand readahead with its
-    /// asynchronous marker: a window of 16 KiB that doubles up to 1 MiB while the scan
-    /// continues, each fetched while the reader is still in the previous one; see
-    /// [`ReadAhead::transparent_default`](crate::policy::prefetch::ReadAhead::transparent_default)) and loads it in the background, one read and one
-    /// page install per 128 KiB run. Random access never triggers it. A mapping given its own
-    /// policy gets readahead by wrapping it: `WithPrefetch::new(policy, ReadAhead::default())`.
+    /// Sequential readahead (on by default), as mmap and the kernel's page cache have: the
+    /// mapping detects sequential misses (Linux's on-demand readahead with its asynchronous
+    /// marker: a window of 16 KiB that doubles up to 1 MiB, and never past a quarter of the
+    /// budget, while the scan continues, each fetched while the reader is still in the
+    /// previous one; see
+    /// [`ReadAhead::transparent_default`](crate::policy::prefetch::ReadAhead::transparent_default))
+    /// and loads the window in the background on the cache's IO threads, one read per 128 KiB
+    /// run (per buffer on a [`Placement::Pool`] mapping, whose frames are not adjacent). Random access never triggers it, and a window never takes more than the budget
+    /// holds (less what the background evictor keeps free), so a scan cannot flush the cache
+    /// with its readahead.
+    ///
+    /// - Explicit mappings (pins, every [`Placement`]): a miss of
+    ///   [`Mapping::pin_shared`](crate::Mapping::pin_shared) or
+    ///   [`Mapping::pin_exclusive`](crate::Mapping::pin_exclusive) feeds the detector, whatever
+    ///   the policy, unless the policy prefetches itself
+    ///   ([`Policy::has_prefetching`](crate::policy::Policy::has_prefetching), e.g. one wrapped
+    ///   in [`WithPrefetch`](crate::policy::prefetch::WithPrefetch)): then the policy's
+    ///   proposals replace the readahead, so nothing is read ahead twice. `pin_each`,
+    ///   `ensure_cached`, `prefetch` and [`Mapping::read`](crate::Mapping::read) already say
+    ///   what they want and keep many reads in flight themselves: they do not trigger it.
+    /// - Transparent mappings: with the default policy (which becomes `clock+readahead`); a
+    ///   mapping given its own policy gets readahead by wrapping it:
+    ///   `WithPrefetch::new(policy, ReadAhead::transparent_default(buffer_size))`.
+    ///
+    /// `readahead(false)` turns it off: each pin miss then reads its one buffer.
     pub fn readahead(mut self, on: bool) -> Self {
         self.readahead = on;
         self

@@ -11,6 +11,7 @@ use super::claim::LoadClaim;
 use super::MappingCore;
 use crate::error::{Error, Result};
 use crate::guard::{ExclusiveGuard, OptimisticView, SharedGuard};
+use crate::policy::prefetch::Prefetcher;
 use crate::state::{BufferState, Phase, Pin, Word};
 use crate::stats::Counter;
 use crate::stopwatch::Stopwatch;
@@ -248,7 +249,10 @@ impl MappingCore {
             return;
         }
         let mut want = Vec::new();
-        self.policy.choose_prefetch_buffers(i, &mut want);
+        match &self.readahead {
+            Some(ra) => ra.on_miss(i, &mut want),
+            None => self.policy.choose_prefetch_buffers(i, &mut want),
+        }
         want.retain(|&j| j < self.buffers());
         if !want.is_empty() {
             let _ = MappingCore::prefetch_indices(self, &want);

@@ -12,7 +12,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::batch::STAGING_BYTES;
+use super::batch::{run_part, RUN_BYTES, STAGING_BYTES};
 use super::claim::LoadClaim;
 use super::{with_staging, MappingCore};
 use crate::error::{Error, Result};
@@ -22,14 +22,14 @@ use crate::state::{Phase, Pin};
 use crate::stats::Counter;
 use crate::store::IoBuf;
 
-/// Most bytes one run of a prefetch stream reads and installs at once: a whole window of the
+/// Most bytes one run of a prefetch stream (the IO threads' [`MappingCore::load_stream`]) reads and installs at once: a whole window of the
 /// transparent readahead (`ReadAhead::transparent_default`), so one window is one read and one
 /// `UFFDIO_COPY`. It was 128 KiB (Linux's default readahead) while stores read through the
 /// page cache, whose own readahead made the device's requests large whatever the run; a store
 /// that reads around it (the LD_PRELOAD shim's `O_DIRECT` reads) hands the device requests of
 /// this size, and a sequential scan on the virtio disk ran 0.9-1.5 s with 1 MiB runs against
 /// 1.3-2.5 s with 128 KiB ones (docs/results/2026-11-26-preload-scans).
-pub(super) const RUN_BYTES: usize = 1 << 20;
+pub(super) const STREAM_RUN_BYTES: usize = 1 << 20;
 
 /// Runs a transparent stream keeps staging memory for: reads in flight on a store that
 /// overlaps them (io_uring). A synchronous store uses the first slot only.
@@ -90,54 +90,108 @@ impl MappingCore {
         // When each read in flight was issued, for the miss-latency histogram.
         let issued: RefCell<Vec<(u64, Instant)>> = RefCell::new(Vec::with_capacity(depth));
         let mut retry: Option<u64> = None;
+        // An index taken from `indices` to extend a run, but left for the next pull.
+        let mut peeked: Option<u64> = None;
+        // Adjacent misses travel as one read of up to RUN_BYTES: their homes are adjacent too
+        // (but not a pool mapping's frames).
+        let run_max = if self.home.is_pool() {
+            1
+        } else {
+            (RUN_BYTES / self.bs).max(1)
+        };
+        // What to do with index `i`; `retried`: its miss was told to the policy already;
+        // `may_wait`: no claim of this stream is outstanding, so it may wait for memory.
+        let step = |i: u64, retried: bool, may_wait: bool| -> Result<Step<'_>> {
+            let s = self.slot(i)?;
+            let w = s.load();
+            if w.phase() == Phase::Cached {
+                // Never wait here: this stream's claims may not be submitted yet, and
+                // whoever holds the buffer may be waiting for one of them.
+                let Some(g) = self.try_pin_shared(i) else {
+                    return Ok(Step::Later);
+                };
+                visit(i, &g[..]);
+                return Ok(Step::Visited);
+            }
+            let Some(mut c) = self.claim_load(i, w) else {
+                return Ok(Step::Later);
+            };
+            // Before taking room, as `Policy::on_miss` promises: ghost lists adapt
+            // before the evictions the reservation makes.
+            if !retried {
+                self.policy.on_miss(i);
+            }
+            let t0 = Instant::now();
+            // With claims outstanding, never wait for memory: a budget smaller than the
+            // stream's depth is freed by those very reads once visited, so pause until one
+            // completes. With none, wait as a demand miss does. (The claim undoes itself if
+            // no room is had.)
+            if !c.take_room(may_wait)? {
+                return Ok(Step::NoRoom);
+            }
+            Ok(Step::Claimed(t0, c))
+        };
+        // Takes claim `c` of `i` into the read being built: until its read lands, a pin of i
+        // from `f` would wait on this thread, so it is marked held; the claim itself travels
+        // with the read and is adopted when it lands.
+        let adopt_later = |i: u64, t0: Instant, c: LoadClaim<'_>| {
+            issued.borrow_mut().push((i, t0));
+            held::hold(me, i, Hold::Streaming);
+            c.into_raw();
+        };
         let mut pull = || -> Option<IoBuf> {
             while failed.borrow().is_none() && panicked.borrow().is_none() {
                 // A retried index already told the policy of its miss.
                 let retried = retry.take();
-                let i = match retried {
+                let i = match retried.or_else(|| peeked.take()) {
                     Some(i) => i,
                     None => indices.next()?,
                 };
-                let step = self.slot(i).and_then(|s| {
-                    let w = s.load();
-                    if w.phase() == Phase::Cached {
-                        // Never wait here: this stream's claims may not be submitted yet, and
-                        // whoever holds the buffer may be waiting for one of them.
-                        let Some(g) = self.try_pin_shared(i) else {
-                            return Ok(Step::Later);
-                        };
-                        visit(i, &g[..]);
-                        return Ok(Step::Visited);
-                    }
-                    let Some(mut c) = self.claim_load(i, w) else {
-                        return Ok(Step::Later);
-                    };
-                    // Before taking room, as `Policy::on_miss` promises: ghost lists adapt
-                    // before the evictions the reservation makes.
-                    if retried != Some(i) {
-                        self.policy.on_miss(i);
-                    }
-                    let t0 = Instant::now();
-                    // With reads in flight, never wait for memory: a budget smaller than the
-                    // stream's depth is freed by those very reads once visited, so pause
-                    // until one completes. With none, wait as a demand miss does. (The claim
-                    // undoes itself if no room is had.)
-                    if !c.take_room(in_flight.get() == 0)? {
-                        return Ok(Step::NoRoom);
-                    }
-                    Ok(Step::Claimed(t0, c))
-                });
-                match step {
+                match step(i, retried.is_some(), in_flight.get() == 0) {
                     Ok(Step::Claimed(t0, mut c)) => {
-                        in_flight.set(in_flight.get() + 1);
-                        issued.borrow_mut().push((i, t0));
-                        // Until its read lands, a pin of i from `f` would wait on this thread.
-                        held::hold(me, i, Hold::Streaming);
                         let dest = c.dest();
-                        // The claim travels with the read and is adopted when it lands.
-                        c.into_raw();
-                        // SAFETY: buffer i is Loading and ours until the store hands it back.
-                        return Some(unsafe { IoBuf::new(dest, self.bs, self.object_offset(i)) });
+                        adopt_later(i, t0, c);
+                        let mut n = 1;
+                        // Extend the run with the next indices while they are adjacent misses
+                        // that can be claimed with room at once.
+                        while n < run_max {
+                            let Some(j) = indices.next() else { break };
+                            let fresh = j == i + n as u64
+                                && self.slot(j).is_ok_and(|s| {
+                                    let w = s.load();
+                                    w.phase() == Phase::Evicted && w.idle()
+                                });
+                            if !fresh {
+                                peeked = Some(j);
+                                break;
+                            }
+                            match step(j, false, false) {
+                                Ok(Step::Claimed(t0, c)) => {
+                                    adopt_later(j, t0, c);
+                                    n += 1;
+                                }
+                                Ok(Step::Visited) => break,
+                                Ok(Step::Later) => {
+                                    later.push(j);
+                                    break;
+                                }
+                                Ok(Step::NoRoom) => {
+                                    retry = Some(j);
+                                    break;
+                                }
+                                Err(e) => {
+                                    *failed.borrow_mut() = Some(e);
+                                    break;
+                                }
+                            }
+                        }
+                        self.count_store_read(in_flight.get());
+                        in_flight.set(in_flight.get() + 1);
+                        // SAFETY: buffers i..i+n are Loading and ours until the store hands
+                        // the read back, and adjacent in the region.
+                        return Some(unsafe {
+                            IoBuf::new(dest, n * self.bs, self.object_offset(i))
+                        });
                     }
                     Ok(Step::Visited) => {}
                     Ok(Step::Later) => later.push(i),
@@ -153,30 +207,41 @@ impl MappingCore {
         let st = self.stats();
         let mut done = |req: IoBuf, got: io::Result<usize>| {
             in_flight.set(in_flight.get() - 1);
-            let i = (req.offset() - self.offset) >> self.shift;
-            held::release(me, i, Hold::Streaming);
-            let since = {
-                let mut v = issued.borrow_mut();
-                v.iter()
-                    .position(|&(j, _)| j == i)
-                    .map(|k| v.swap_remove(k).1)
-            };
-            // SAFETY: the claim of i was handed to this read in `pull`; adopted once, here.
-            let claim = unsafe { LoadClaim::adopt(self, i) };
-            match self.finish_load(claim, req.ptr(), got, false, Pin::Shared) {
-                Ok(()) => {
-                    if let Some(t) = since {
-                        st.record_miss_latency(t.elapsed());
+            let first = (req.offset() - self.offset) >> self.shift;
+            // Every buffer of the run is published before the first is visited, so `f` may
+            // pin any of them (a record that spans buffers) without waiting on itself.
+            let mut landed = Vec::with_capacity(req.len() / self.bs);
+            for k in 0..req.len() / self.bs {
+                let i = first + k as u64;
+                held::release(me, i, Hold::Streaming);
+                let since = {
+                    let mut v = issued.borrow_mut();
+                    v.iter()
+                        .position(|&(j, _)| j == i)
+                        .map(|k| v.swap_remove(k).1)
+                };
+                // SAFETY: the claim of i was handed to this read in `pull`; adopted once, here.
+                let claim = unsafe { LoadClaim::adopt(self, i) };
+                // SAFETY: inside the run's memory.
+                let dest = unsafe { req.ptr().add(k * self.bs) };
+                let got_k = run_part(&got, k, self.bs);
+                match self.finish_load(claim, dest, got_k, false, Pin::Shared) {
+                    Ok(()) => {
+                        if let Some(t) = since {
+                            st.record_miss_latency(t.elapsed());
+                        }
+                        st.add(Counter::Misses, 1);
+                        st.add(Counter::BytesRead, self.bs as u64);
+                        // SAFETY: published with our shared pin, which the guard now owns.
+                        landed.push(unsafe { SharedGuard::new(self, i, dest, self.valid(i)) });
                     }
-                    st.add(Counter::Misses, 1);
-                    st.add(Counter::BytesRead, self.bs as u64);
-                    // SAFETY: published with our shared pin, which the guard now owns.
-                    let g = unsafe { SharedGuard::new(self, i, req.ptr(), self.valid(i)) };
-                    visit(i, &g[..]);
+                    Err(e) => {
+                        failed.borrow_mut().get_or_insert(e);
+                    }
                 }
-                Err(e) => {
-                    failed.borrow_mut().get_or_insert(e);
-                }
+            }
+            for g in landed {
+                visit(g.index(), &g[..]);
             }
         };
         self.object.read_stream(depth, &mut pull, &mut done);
@@ -213,7 +278,7 @@ impl MappingCore {
             // Staging for every read in flight (at least a few whole runs), within the same cap
             // as a batched load.
             let depth = depth
-                .max(RUNS_IN_FLIGHT * RUN_BYTES / self.bs)
+                .max(RUNS_IN_FLIGHT * STREAM_RUN_BYTES / self.bs)
                 .min(STAGING_BYTES / self.bs)
                 .max(1);
             // Without staging memory nothing was taken from `next` yet: all of it is left.
@@ -232,7 +297,7 @@ impl MappingCore {
 
     /// [`MappingCore::load_stream`] reading into the region, or into staging slots at `stage`
     /// (`depth` buffers in all). Consecutive indices travel as one run: one read, and on a
-    /// transparent mapping one `UFFDIO_COPY`, for up to [`RUN_BYTES`] of buffers, as a
+    /// transparent mapping one `UFFDIO_COPY`, for up to [`STREAM_RUN_BYTES`] of buffers, as a
     /// readahead window asks. Returns `None` once `next` is drained, or, if the store ended
     /// the stream before that, `Some` with a claim it had taken from `next` and not read.
     fn stream_into(
@@ -244,10 +309,11 @@ impl MappingCore {
         let run_max = if self.home.is_pool() {
             1
         } else {
-            (RUN_BYTES / self.bs).clamp(1, depth)
+            (STREAM_RUN_BYTES / self.bs).clamp(1, depth)
         };
         let slot_bytes = run_max * self.bs;
         let free = RefCell::new((0..depth / run_max).rev().collect::<Vec<usize>>());
+        let outstanding = std::cell::Cell::new(0usize);
         let mut peeked: Option<u64> = None;
         // Whether `next`'s last answer was `None`: a stream that ends otherwise left claims.
         let mut drained = false;
@@ -283,11 +349,14 @@ impl MappingCore {
                 // A pool mapping's frames are not adjacent: one buffer per read.
                 _ => self.ptr(first),
             };
+            self.count_store_read(outstanding.get());
+            outstanding.set(outstanding.get() + 1);
             // SAFETY: buffers first..first+n are Loading and claimed by the job (and adjacent
             // in the region), or dest is a free staging slot: exclusive until handed back.
             Some(unsafe { IoBuf::new(dest, n * self.bs, self.object_offset(first)) })
         };
         let mut done = |req: IoBuf, got: io::Result<usize>| {
+            outstanding.set(outstanding.get() - 1);
             self.finish_run(&req, got);
             if let Some(p) = stage {
                 free.borrow_mut()
@@ -327,10 +396,7 @@ impl MappingCore {
             return;
         }
         for (k, c) in claims.drain(..).enumerate() {
-            let got_k = match &got {
-                Ok(b) => Ok(b.saturating_sub(k * self.bs).min(self.bs)),
-                Err(e) => Err(io::Error::new(e.kind(), e.to_string())),
-            };
+            let got_k = run_part(&got, k, self.bs);
             // SAFETY: inside the run's memory.
             let dest = unsafe { req.ptr().add(k * self.bs) };
             if self.finish_load(c, dest, got_k, true, Pin::None).is_ok() {

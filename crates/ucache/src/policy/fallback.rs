@@ -40,6 +40,20 @@ impl Fallback {
             let step = 64.min(limit - seen);
             let from = self.hand.fetch_add(step, Ordering::Relaxed);
             for k in from..from + step {
+                if out.len() - start >= want {
+                    // Hand back the slots not looked at, unless another sweep moved on
+                    // meanwhile: the next call starts right after the last victim. A hand that
+                    // always moved by whole steps would, on a mapping of 64 buffers, start at
+                    // the same buffer every time and propose the same ones (all vetoed, say)
+                    // for good.
+                    let _ = self.hand.compare_exchange(
+                        from + step,
+                        k,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                    break;
+                }
                 let i = k % n;
                 let w = buffers.state(i);
                 // Not one the policy (or this sweep) proposed already: a duplicate would take
@@ -55,5 +69,34 @@ impl Fallback {
             }
             seen += step;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{BufferState, Pin, Word};
+
+    /// Consecutive calls go on from the last victim: on a mapping of 64 buffers, a hand that
+    /// moved by whole steps of 64 started at buffer 0 every time and proposed 0..4 again and
+    /// again (a veto on them then stalled the cache for good).
+    #[test]
+    fn the_next_sweep_starts_after_the_last_victim() {
+        let st: Vec<BufferState> = (0..64).map(|_| BufferState::new()).collect();
+        for s in &st {
+            let cached = Word::EVICTED
+                .begin_load()
+                .unwrap()
+                .finish_load(Pin::None, false);
+            s.store_exclusive(cached);
+        }
+        let f = Fallback::new();
+        let b = Buffers::new(&st);
+        let mut first = Vec::new();
+        f.victims(&b, 4, &mut first);
+        let mut second = Vec::new();
+        f.victims(&b, 4, &mut second);
+        assert_eq!(first, [0, 1, 2, 3]);
+        assert_eq!(second, [4, 5, 6, 7]);
     }
 }

@@ -292,6 +292,8 @@ impl System for Ucache {
             ("restores", s.restores),
             ("installs", s.installs),
             ("installed_bytes", s.installed_bytes),
+            ("store_reads", s.store_reads),
+            ("store_reads_overlapped", s.store_reads_overlapped),
         ]
     }
 

@@ -240,10 +240,18 @@ impl ReadAhead {
             return Miss::update(k, w, s, index.saturating_add(1));
         }
         // Random access (or a new reader): take over the least recently used stream, with no
-        // window yet, unless it starts at the mapping's first buffer.
+        // window yet, unless it starts at the mapping's first buffer. A slot without a window
+        // goes first: random misses (point lookups beside a scan) must not push a sequential
+        // reader out of its stream and cost it its window, as Linux's per-file readahead
+        // state never does.
         let (k, stamp) = (0..self.used.len())
-            .map(|k| (k, self.used[k].load(Ordering::Relaxed)))
-            .min_by_key(|&(_, stamp)| stamp)
+            .map(|k| {
+                let windowed = StreamState::unpack(self.streams[k].load(Ordering::Relaxed))
+                    .is_some_and(|s| s.size > 0);
+                (k, (windowed, self.used[k].load(Ordering::Relaxed)))
+            })
+            .min_by_key(|&(_, key)| key)
+            .map(|(k, (_, stamp))| (k, stamp))
             .unwrap_or((0, 0));
         Miss {
             slot: k,
@@ -330,6 +338,21 @@ mod tests {
         assert!(got[3].is_empty());
         let got = run(&p, &[9]);
         assert_eq!(got[0], (13..=20).filter(|&i| i != 17).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn random_misses_do_not_take_a_sequential_readers_stream() {
+        let p = ReadAhead::new(2, 8);
+        // A scan gets its window; then more random misses than there are slots.
+        let got = run(&p, &[0, 3, 1000, 2000, 3000, 4000, 5000, 6000, 8]);
+        assert_eq!(got[0], vec![1, 2]);
+        assert_eq!(got[1], (4..=7).collect::<Vec<_>>());
+        assert!(got[2..8].iter().all(|v| v.is_empty()), "random: {got:?}");
+        assert_eq!(
+            got[8],
+            (9..=16).collect::<Vec<_>>(),
+            "the scan kept its window"
+        );
     }
 
     #[test]
