@@ -34,7 +34,11 @@ struct Running {
 unsafe impl Send for Running {}
 
 impl Running {
-    fn start(mapping: Arc<CoreMapping>, indices: Vec<u64>, depth: usize) -> ucache_core::Result<Self> {
+    fn start(
+        mapping: Arc<CoreMapping>,
+        indices: Vec<u64>,
+        depth: usize,
+    ) -> ucache_core::Result<Self> {
         let landing = mapping.landing(indices, depth)?;
         // SAFETY: the iterator borrows the core mapping inside `mapping`'s Arc allocation,
         // whose address does not change while `Running` owns the Arc; `Running` drops the

@@ -256,3 +256,60 @@ def test_iterator_shared_between_threads_yields_each_once(cache, data_file):
         t.join(300)
     assert not errors and not any(t.is_alive() for t in ts)
     assert sorted(seen) == list(range(m.buffers))
+
+
+def test_stress_iterators_dropped_early_under_evict_all(data_file):
+    """Threads run landing iterators over a small budget, some abandoned part-way (the drop
+    then runs on that thread), others handing their pins to another thread to release, while
+    one thread evicts everything over and over: every byte is checked, and once all are done
+    nothing is left pinned or in flight."""
+    want = data_file.read_bytes()
+    cache = ucache.Cache("128KiB", batch=4)
+    m = cache.map(data_file)
+    n = m.buffers
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    handed: list[ucache.Pin] = []
+    lock = threading.Lock()
+
+    def evictor() -> None:
+        while not stop.is_set():
+            m.evict()
+
+    def reader(k: int) -> None:
+        try:
+            rng = np.random.default_rng(k)
+            for rnd in range(12):
+                idx = rng.integers(0, n, size=48)
+                stop_at = int(rng.integers(1, 60))
+                for j, p in enumerate(m.landing(idx, depth=int(rng.integers(1, 12)))):
+                    assert bytes(p.view) == _block(want, p.index)
+                    if rnd % 3 == 0 and j % 5 == 0:
+                        with lock:
+                            handed.append(p)  # released by another thread below
+                    else:
+                        p.release()
+                    if j == stop_at:
+                        break
+                with lock:
+                    mine = handed[:]
+                    handed.clear()
+                for q in mine:
+                    q.release()
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    ev = threading.Thread(target=evictor)
+    ev.start()
+    ts = [threading.Thread(target=reader, args=(k,)) for k in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(300)
+    stop.set()
+    ev.join(300)
+    assert not errors and not any(t.is_alive() for t in ts + [ev])
+    assert not handed
+    m.evict()
+    assert m.resident == 0
+    m.close()
