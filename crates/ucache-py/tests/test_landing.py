@@ -5,8 +5,12 @@ early abandonment."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
+import textwrap
 import threading
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -313,3 +317,31 @@ def test_stress_iterators_dropped_early_under_evict_all(data_file):
     m.evict()
     assert m.resident == 0
     m.close()
+
+
+def test_early_drop_with_a_python_policy_does_not_hold_the_gil(data_file):
+    """Dropping an iterator waits for its reads in flight, whose completion runs the Python
+    policy's hooks on the IO threads: a drop holding the GIL would deadlock. In a child
+    interpreter, so a deadlock fails the test by its timeout instead of hanging the run."""
+    code = textwrap.dedent(
+        f"""
+        import sys, ucache
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from test_policies import PyLRU
+        c = ucache.Cache("256KiB", batch=4)
+        m = c.map({str(data_file)!r}, policy=PyLRU())
+        for r in range(40):
+            m.evict()
+            for p in m.landing(range(m.buffers), depth=16):
+                p.release()
+                break
+            it = m.landing(range(m.buffers), depth=16)
+            next(it).release()
+            it.close()
+        m.evict()
+        assert m.resident == 0 and m.policy_error is None
+        print("ok")
+        """
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
