@@ -352,8 +352,9 @@ impl Mapping {
                     return Err(raise(
                         Kind::InUse,
                         format!(
-                            "mapping of '{}' has {users} pin(s) or call(s) in progress: \
-                             release the pins before closing",
+                            "mapping of '{}' has {users} pin(s), landing iterator(s) or \
+                             call(s) in progress: release the pins and finish or close the \
+                             iterators before closing",
                             self.name
                         ),
                     ));

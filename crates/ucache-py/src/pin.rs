@@ -125,13 +125,14 @@ impl Pin {
     ) -> PyResult<Pin> {
         let pinned = py
             .detach(|| -> ucache_core::Result<Pinned> {
-                // SAFETY (both): the guard borrows the core mapping inside `mapping`'s Arc,
-                // which goes with it to `from_pinned` below.
                 if exclusive {
                     let g = mapping.pin_exclusive(index)?;
+                    // SAFETY: the guard borrows the core mapping inside `mapping`'s Arc, which
+                    // goes with it to `from_pinned` below.
                     Ok(unsafe { Pinned::exclusive(index, g) })
                 } else {
                     let g = mapping.pin_shared(index)?;
+                    // SAFETY: as above.
                     Ok(unsafe { Pinned::shared(g) })
                 }
             })
