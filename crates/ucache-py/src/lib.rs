@@ -8,6 +8,8 @@
 mod buffer;
 mod cache;
 mod errors;
+mod indices;
+mod landing;
 mod mapping;
 mod pin;
 mod policy;
@@ -23,6 +25,7 @@ fn _ucache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cache::Cache>()?;
     m.add_class::<mapping::Mapping>()?;
     m.add_class::<pin::Pin>()?;
+    m.add_class::<landing::Landing>()?;
     m.add_function(wrap_pyfunction!(simulate::simulate, m)?)?;
     m.add("POLICY_NAMES", ucache_core::policy::POLICY_NAMES.to_vec())?;
     Ok(())

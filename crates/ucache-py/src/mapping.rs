@@ -70,6 +70,19 @@ impl Mapping {
         let (o, n) = range(&m, offset, length)?;
         py.detach(|| op(&m, o, n)).py_err()
     }
+
+    /// Runs the index-list primitive `op` on `indices` (any iterable of ints, every one
+    /// checked first: a bad list does nothing) with the GIL released.
+    fn indices_op(
+        &self,
+        py: Python<'_>,
+        indices: &Bound<'_, PyAny>,
+        op: fn(&CoreMapping, &[u64]) -> ucache_core::Result<()>,
+    ) -> PyResult<()> {
+        let m = self.get()?;
+        let v = crate::indices::indices(indices, m.buffers())?;
+        py.detach(|| op(&m, &v)).py_err()
+    }
 }
 
 fn closed(name: &str) -> PyErr {
@@ -232,6 +245,45 @@ impl Mapping {
         self.range_op(py, offset, length, CoreMapping::msync)
     }
 
+    /// Brings the listed buffers into memory (one batch of reads).
+    fn ensure_cached_buffers(&self, py: Python<'_>, indices: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.indices_op(py, indices, CoreMapping::ensure_cached_buffers)
+    }
+
+    /// Starts loading the listed buffers in the background.
+    fn prefetch_buffers(&self, py: Python<'_>, indices: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.indices_op(py, indices, CoreMapping::prefetch_buffers)
+    }
+
+    /// Evicts the listed buffers that are not pinned, writing dirty ones back first.
+    fn evict_buffers(&self, py: Python<'_>, indices: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.indices_op(py, indices, CoreMapping::evict_buffers)
+    }
+
+    /// Starts writing back the listed buffers that are dirty.
+    fn writeback_buffers(&self, py: Python<'_>, indices: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.indices_op(py, indices, CoreMapping::writeback_buffers)
+    }
+
+    /// Writes back the listed buffers that are dirty and makes them durable.
+    fn msync_buffers(&self, py: Python<'_>, indices: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.indices_op(py, indices, CoreMapping::msync_buffers)
+    }
+
+    /// Shared pins of the listed buffers in the order they land, with up to `depth` reads
+    /// in flight ahead of the consumer (see `ucache.Landing`).
+    #[pyo3(signature = (indices, depth = 32))]
+    fn landing(
+        &self,
+        py: Python<'_>,
+        indices: &Bound<'_, PyAny>,
+        depth: usize,
+    ) -> PyResult<crate::landing::Landing> {
+        let m = self.get()?;
+        let v = crate::indices::indices(indices, m.buffers())?;
+        crate::landing::Landing::start(py, m, &self.name, v, depth)
+    }
+
     /// Lifts the poison of a failed sync; returns the failure it cleared, if any.
     fn clear_sync_failure(&self) -> PyResult<Option<String>> {
         Ok(self.get()?.clear_sync_failure())
@@ -300,8 +352,9 @@ impl Mapping {
                     return Err(raise(
                         Kind::InUse,
                         format!(
-                            "mapping of '{}' has {users} pin(s) or call(s) in progress: \
-                             release the pins before closing",
+                            "mapping of '{}' has {users} pin(s), landing iterator(s) or \
+                             call(s) in progress: release the pins and finish or close the \
+                             iterators before closing",
                             self.name
                         ),
                     ));

@@ -68,6 +68,52 @@ pub struct Pin {
     name: String,
 }
 
+/// A guard taken with the GIL released, its lifetime erased, with what a [`Pin`] needs of
+/// it: made by [`Pinned::shared`] or [`Pinned::exclusive`], the one place where a guard's
+/// lifetime is erased, and turned into a `Pin` (which owns the mapping the guard borrows) by
+/// [`Pin::from_pinned`].
+pub(crate) struct Pinned {
+    guard: Guard,
+    index: u64,
+    exclusive: bool,
+    ptr: usize,
+    len: usize,
+}
+
+impl Pinned {
+    /// # Safety
+    /// `g` borrows the core mapping inside an `Arc<CoreMapping>` that the caller hands,
+    /// with the result, to [`Pin::from_pinned`]: the Pin owns a clone of that Arc and drops
+    /// it after the guard, so the borrow outlives the guard at a fixed address.
+    pub(crate) unsafe fn shared(g: SharedGuard<'_>) -> Pinned {
+        let (index, ptr, len) = (g.index(), g.as_ptr() as usize, g.len());
+        // SAFETY: per this function's contract.
+        let g: SharedGuard<'static> = unsafe { std::mem::transmute(g) };
+        Pinned {
+            guard: Guard::Shared(g),
+            index,
+            exclusive: false,
+            ptr,
+            len,
+        }
+    }
+
+    /// # Safety
+    /// As [`Pinned::shared`].
+    unsafe fn exclusive(index: u64, mut g: ExclusiveGuard<'_>) -> Pinned {
+        let (ptr, len) = (g.as_mut_ptr() as usize, g.len());
+        // SAFETY: per this function's contract.
+        let g: ExclusiveGuard<'static> = unsafe { std::mem::transmute(g) };
+        Pinned {
+            guard: Guard::Exclusive(g),
+            index,
+            exclusive: true,
+            ptr,
+            len,
+        }
+    }
+}
+
 impl Pin {
     /// Pins buffer `index` of `mapping`, waiting for its load with the GIL released.
     pub fn new(
@@ -77,35 +123,39 @@ impl Pin {
         index: u64,
         exclusive: bool,
     ) -> PyResult<Pin> {
-        let (guard, ptr, len) = py
-            .detach(|| -> ucache_core::Result<(Guard, usize, usize)> {
+        let pinned = py
+            .detach(|| -> ucache_core::Result<Pinned> {
                 if exclusive {
-                    let mut g = mapping.pin_exclusive(index)?;
-                    let (ptr, len) = (g.as_mut_ptr() as usize, g.len());
+                    let g = mapping.pin_exclusive(index)?;
                     // SAFETY: the guard borrows the core mapping inside `mapping`'s Arc, which
-                    // `Held` owns and drops after the guard (field order), so the borrow
-                    // outlives the guard at a fixed address.
-                    let g: ExclusiveGuard<'static> = unsafe { std::mem::transmute(g) };
-                    Ok((Guard::Exclusive(g), ptr, len))
+                    // goes with it to `from_pinned` below.
+                    Ok(unsafe { Pinned::exclusive(index, g) })
                 } else {
                     let g = mapping.pin_shared(index)?;
-                    let (ptr, len) = (g.as_ptr() as usize, g.len());
                     // SAFETY: as above.
-                    let g: SharedGuard<'static> = unsafe { std::mem::transmute(g) };
-                    Ok((Guard::Shared(g), ptr, len))
+                    Ok(unsafe { Pinned::shared(g) })
                 }
             })
             .py_err()?;
-        Ok(Pin {
-            state: Mutex::new(State::Held(Held { guard, mapping })),
+        Ok(Pin::from_pinned(pinned, mapping, name))
+    }
+
+    /// The Python object of a guard of `mapping` (see [`Pinned`]'s constructors, whose
+    /// contract names this `mapping`).
+    pub(crate) fn from_pinned(p: Pinned, mapping: Arc<CoreMapping>, name: &str) -> Pin {
+        Pin {
+            state: Mutex::new(State::Held(Held {
+                guard: p.guard,
+                mapping,
+            })),
             view: Mutex::new(None),
             exports: Exports::default(),
-            index,
-            exclusive,
-            ptr,
-            len,
+            index: p.index,
+            exclusive: p.exclusive,
+            ptr: p.ptr,
+            len: p.len,
             name: name.to_string(),
-        })
+        }
     }
 
     fn released_error(&self) -> PyErr {

@@ -11,11 +11,11 @@ traces through the same policy code the cache runs, and the ``ucache`` fsspec pr
 from __future__ import annotations
 
 from . import errors, policy
-from ._ucache import POLICY_NAMES, Cache, Mapping, Pin
+from ._ucache import POLICY_NAMES, Cache, Landing, Mapping, Pin
 from .errors import *  # noqa: F401,F403  (the exception classes, listed in errors.__all__)
 from .sim import simulate
 
-__all__ = ["Cache", "Mapping", "Pin", "POLICY_NAMES", "simulate", "errors", "policy", *errors.__all__]
+__all__ = ["Cache", "Landing", "Mapping", "Pin", "POLICY_NAMES", "simulate", "errors", "policy", *errors.__all__]
 
 
 def _register_fsspec() -> None:

@@ -2,7 +2,8 @@
 
 from os import PathLike
 from types import TracebackType
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, SupportsIndex
 
 Size = int | str
 """Bytes as an int, or a string such as "1GiB", "256M", "64KiB" (every suffix a power of 1024)."""
@@ -109,6 +110,24 @@ class Mapping:
     def evict(self, offset: int = 0, length: int | None = None) -> None: ...
     def writeback(self, offset: int = 0, length: int | None = None) -> None: ...
     def msync(self, offset: int = 0, length: int | None = None) -> None: ...
+    def ensure_cached_buffers(self, indices: Iterable[SupportsIndex]) -> None:
+        """Brings the listed buffers in (one batch of reads). Indices: any iterable of ints or
+        a numpy integer array, each checked first (negative or past the last buffer:
+        :class:`ucache.OutOfRange`; not an int: ``TypeError``)."""
+    def prefetch_buffers(self, indices: Iterable[SupportsIndex]) -> None:
+        """Starts loading the listed buffers in the background."""
+    def evict_buffers(self, indices: Iterable[SupportsIndex]) -> None:
+        """Evicts the listed unpinned buffers, writing dirty ones back first."""
+    def writeback_buffers(self, indices: Iterable[SupportsIndex]) -> None:
+        """Starts writing back the listed dirty buffers (nothing on a read-only mapping)."""
+    def msync_buffers(self, indices: Iterable[SupportsIndex]) -> None:
+        """Writes back the listed dirty buffers and makes them durable (nothing on a
+        read-only mapping)."""
+    def landing(self, indices: Iterable[SupportsIndex], depth: int = 32) -> Landing:
+        """Shared pins of the listed buffers in the order they land, with up to `depth` reads
+        in flight ahead of the loop: ``for pin in m.landing(range(n)): with pin as view: ...``.
+        Indices are checked as for the ``*_buffers`` calls; ``depth=0`` is
+        :class:`ucache.InvalidArgument`."""
     def clear_sync_failure(self) -> str | None: ...
     def read(self, offset: int = 0, n: int | None = None) -> bytes: ...
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None: ...
@@ -141,6 +160,27 @@ class Pin:
     def view(self) -> memoryview: ...
     def release(self) -> None: ...
     def __enter__(self) -> memoryview: ...
+    def __exit__(
+        self,
+        ty: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
+class Landing(Iterator[Pin]):
+    """Iterator of shared :class:`Pin` objects from :meth:`Mapping.landing`. Leaving it early
+    (``break``, ``del``, :meth:`close`, or a ``with`` block around it) unpins every buffer it
+    read ahead and waits for its reads in flight; pins already yielded stay valid until
+    released. Holds the mapping (``Mapping.close`` raises :class:`ucache.InUse`) until
+    exhausted, closed or gone. A ``next`` while another thread's is waiting raises
+    :class:`ucache.InUse`."""
+
+    def __iter__(self) -> Landing: ...
+    def __next__(self) -> Pin: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    def __enter__(self) -> Landing: ...
     def __exit__(
         self,
         ty: type[BaseException] | None,
