@@ -504,9 +504,14 @@ impl MappingCore {
         self.slot(i).map(|_| ())
     }
 
+    /// Whether `unmap` has begun: range calls and prefetches are refused from then on.
+    fn is_unmapping(&self) -> bool {
+        self.unmapped.load(Ordering::Relaxed)
+    }
+
     /// The buffers overlapping `[offset, offset+len)`.
     fn range(&self, offset: u64, len: u64) -> Result<Range<u64>> {
-        if self.unmapped.load(Ordering::Relaxed) {
+        if self.is_unmapping() {
             return Err(Error::Unmapped);
         }
         if self.forked_away() {

@@ -210,7 +210,18 @@ fn finish(s: Setup, want: &[u64]) {
     let Setup {
         cache, store, m, ..
     } = s;
-    let m = Arc::try_unwrap(m).unwrap();
+    // A re-entrant hook upgrades its weak handle for the length of a call, and hooks also run
+    // on the IO threads (the pins' readahead): wait until the last such call has returned.
+    let mut m = m;
+    let m = loop {
+        match Arc::try_unwrap(m) {
+            Ok(m) => break m,
+            Err(shared) => {
+                m = shared;
+                std::thread::yield_now();
+            }
+        }
+    };
     m.unmap().unwrap();
     assert_eq!(cache.used(), 0);
     let d = store.get("o").unwrap();

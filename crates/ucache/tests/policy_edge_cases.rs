@@ -189,7 +189,13 @@ fn checked(
         log: log.clone(),
     };
     let m = cache
-        .map(store(buffers), "db", MapOptions::new().policy(Box::new(p)))
+        // No readahead: the check compares the policy's proposals with the resident set, which
+        // background loads would change under it.
+        .map(
+            store(buffers),
+            "db",
+            MapOptions::new().policy(Box::new(p)).readahead(false),
+        )
         .unwrap();
     (cache, m, log)
 }

@@ -411,6 +411,11 @@ impl MappingCore {
     /// Claims the evicted buffers among `indices` that the policy admits and has the IO worker
     /// load them; the others are dropped (a prefetch is only advice).
     pub(crate) fn prefetch_indices(self: &Arc<Self>, indices: &[u64]) -> Result<()> {
+        // Unmapping: a hook's pin, or its own prefetch, must not load buffers behind the
+        // passes that evict them all, or the passes never end.
+        if self.is_unmapping() {
+            return Err(Error::Unmapped);
+        }
         for &i in indices {
             self.check_index(i)?;
         }
