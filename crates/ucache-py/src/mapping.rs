@@ -146,6 +146,17 @@ fn write_from(m: &CoreMapping, offset: u64, data: &[u8]) -> ucache_core::Result<
     Ok(())
 }
 
+/// A mapping the program drops without `close` (garbage collected) is unmapped with the
+/// interpreter lock released: unmapping waits for loads in flight, and the IO threads that
+/// finish them call a Python policy's hooks, which take the lock.
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if let Some(m) = self.inner.get_mut().take() {
+            Python::attach(|py| py.detach(move || drop(m)));
+        }
+    }
+}
+
 #[pymethods]
 impl Mapping {
     /// Mapped bytes.
