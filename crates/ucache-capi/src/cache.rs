@@ -170,6 +170,8 @@ pub struct ucache_stats {
     pub installs: u64,
     /// Bytes those calls installed.
     pub installed_bytes: u64,
+    /// Of `misses`, readahead markers installed from bytes read with their window.
+    pub marker_hits: u64,
     /// Miss latency histogram: entry i counts misses that took [2^i, 2^(i+1)) ns.
     pub miss_latency: [u64; UCACHE_LATENCY_BUCKETS],
 }
@@ -232,6 +234,7 @@ stats_from_snapshot!(
     restores,
     installs,
     installed_bytes,
+    marker_hits,
 );
 
 /// Copies the cache's counters into `*out`.

@@ -109,6 +109,7 @@ counters! {
     restores: "Set-aside buffers touched again and brought back without IO (soft faults).",
     installs: "`UFFDIO_COPY` calls that installed buffers of transparent mappings. A readahead run of adjacent buffers goes in with one call, so `installed_bytes / installs` is the pages per call times 4 KiB.",
     installed_bytes: "Bytes those calls installed.",
+    marker_hits: "Of `misses`, faults on a transparent mapping's readahead marker served from bytes read with its window, without IO (the marker is left out of the mapping so that its touch starts the next window).",
 }
 
 /// The live counters of one cache.
@@ -174,6 +175,7 @@ pub(crate) enum Counter {
     Restores,
     Installs,
     InstalledBytes,
+    MarkerHits,
 }
 
 impl Stats {
@@ -224,6 +226,7 @@ impl Stats {
             Counter::Restores => &s.restores,
             Counter::Installs => &s.installs,
             Counter::InstalledBytes => &s.installed_bytes,
+            Counter::MarkerHits => &s.marker_hits,
         };
         Self::bump(a, n, owned);
     }

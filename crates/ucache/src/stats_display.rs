@@ -90,6 +90,7 @@ impl fmt::Display for StatsSnapshot {
                 ("restores", self.restores),
                 ("installs", self.installs),
                 ("installed KiB", self.installed_bytes >> 10),
+                ("marker hits", self.marker_hits),
             ];
             let rest: Vec<String> = rest
                 .iter()

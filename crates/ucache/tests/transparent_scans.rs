@@ -12,7 +12,7 @@ use ucache::store::MemoryStore;
 use ucache::{Cache, CacheOptions, MapOptions, Mapping};
 
 mod common;
-use common::{under_tsan, within};
+use common::{under_tsan, until, within};
 
 const BS: usize = 4096;
 
@@ -74,7 +74,67 @@ fn a_sequential_scan_installs_whole_windows_with_one_call_each() {
         st.installs
     );
     assert!(st.prefetches > st.misses * 16, "{st:?}");
+    // Each window's marker is read with the window and installed on its fault without IO:
+    // the demand misses that read are the scan's cold start and little else, where each
+    // window's marker used to be one (about 20 here, as many as the windows).
+    assert!(st.marker_hits >= 10, "markers read on their faults: {st:?}");
+    assert!(
+        (st.misses - st.marker_hits) * 4 <= st.marker_hits,
+        "{} demand reads for {} markers kept ({st:?})",
+        st.misses - st.marker_hits,
+        st.marker_hits
+    );
     eprintln!("{} pages in {} installs: {st:?}", pages, st.installs);
+}
+
+/// A marker's kept bytes are used only if the buffer was not loaded since they were read:
+/// here it is loaded another way, changed, written back and evicted, and its next fault must
+/// read the new bytes from the store, not install the old ones.
+#[test]
+fn a_kept_marker_is_not_installed_after_its_buffer_changed() {
+    if under_tsan() {
+        return;
+    }
+    within("a stale kept marker", || {
+        let buffers = 64;
+        let store = store_of(buffers);
+        let cache = Cache::new(CacheOptions::new(4 << 20)).unwrap();
+        let m = cache
+            .map(
+                store.clone(),
+                "t",
+                MapOptions::new().transparent(true).writable(true),
+            )
+            .unwrap();
+        let w = words(&m);
+        let per = BS / 8;
+        // The miss at buffer 0 reads the window 1..=4, whose marker 3 is kept aside.
+        assert_eq!(w[0].load(Relaxed), word(0, 0));
+        until(
+            "the first window is read",
+            || (1..=4).filter(|&i| m.is_resident(i).unwrap()).count() == 3,
+            || m.stats(),
+        );
+        assert!(!m.is_resident(3).unwrap(), "the marker stays out of the mapping");
+        // Loaded by a batch (which does not use kept bytes), changed, and evicted.
+        m.ensure_cached(3 * BS as u64, BS as u64).unwrap();
+        for (k, x) in w.iter().enumerate().skip(3 * per).take(per) {
+            x.store(word(k, 1), Relaxed);
+        }
+        m.evict(3 * BS as u64, BS as u64).unwrap();
+        assert!(!m.is_resident(3).unwrap());
+        for (k, x) in w.iter().enumerate().skip(3 * per).take(per) {
+            assert_eq!(x.load(Relaxed), word(k, 1), "word {k}: old bytes installed");
+        }
+        assert_eq!(m.stats().marker_hits, 0, "{:?}", m.stats());
+        // The next window's marker (buffer 7 of 5..=12), touched in order, is kept and used.
+        for b in 4..13 {
+            for (k, x) in w.iter().enumerate().skip(b * per).take(per) {
+                assert_eq!(x.load(Relaxed), word(k, 0), "buffer {b}, word {k}");
+            }
+        }
+        assert!(m.stats().marker_hits >= 1, "{:?}", m.stats());
+    });
 }
 
 /// Scanners at different places fault at once, each into runs another may be installing;
@@ -158,6 +218,9 @@ fn concurrent_scans_and_evictions_race_multi_page_installs() {
             st.installs
         );
         assert!(cache.used() <= 2 << 20);
+        // Markers were read with their windows and installed from their kept bytes, checked
+        // above against the round they were read in.
+        assert!(st.marker_hits > 0, "{st:?}");
         eprintln!("{st:?}");
     });
 }

@@ -278,6 +278,7 @@ impl MappingCore {
                     debug_assert!(pool.all_free(), "a set-aside slot leaked");
                     pool.give_back(&self.cache);
                 }
+                self.give_back_kept();
                 self.trim_home();
                 return Ok(());
             }

@@ -163,10 +163,13 @@ impl MappingCore {
             .unwrap_or_else(Instant::now);
         claim.take_room(true)?;
         sw.lap(self.stats(), Counter::FaultEvictNs);
-        claim.fill(dirty, sw)?;
+        // A readahead marker's bytes were read with its window (counted then).
+        if !self.install_kept(&mut claim, seen, dirty)? {
+            claim.fill(dirty, sw)?;
+            self.stats().add(Counter::BytesRead, self.bs as u64);
+        }
         self.stats().record_miss_latency(sw.since(t0));
         self.stats().add(Counter::Misses, 1);
-        self.stats().add(Counter::BytesRead, self.bs as u64);
         claim.publish(pin, false, dirty);
         sw.lap(self.stats(), Counter::FaultBookkeepingNs);
         Ok(true)
@@ -195,6 +198,9 @@ impl MappingCore {
         let mut want = Vec::new();
         self.policy.choose_prefetch_buffers(i, &mut want);
         want.retain(|&j| j < self.buffers());
+        if let Some(kept) = &self.kept {
+            kept.read_with_window(&mut want);
+        }
         if !want.is_empty() {
             let _ = MappingCore::prefetch_indices(self, &want);
         }

@@ -291,6 +291,7 @@ impl System for Ucache {
             ("set_aside", s.set_aside),
             ("restores", s.restores),
             ("installs", s.installs),
+            ("marker_hits", s.marker_hits),
             ("installed_bytes", s.installed_bytes),
         ]
     }
