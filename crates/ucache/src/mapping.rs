@@ -306,7 +306,7 @@ impl MappingCore {
             None
         };
         let kept = if o.transparent && policy.has_prefetching() {
-            KeptMarkers::new(&cache, bs)
+            KeptMarkers::new(&cache, nbuf, bs)
         } else {
             None
         };

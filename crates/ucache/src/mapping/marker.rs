@@ -21,8 +21,9 @@
 //! the buffer from a word of that version. Writes reach an object through loaded buffers only,
 //! so an unchanged version means unchanged bytes.
 //!
-//! The slots are reserved from the cache's budget when the mapping is made (a few buffers, as
-//! set-aside slots are), so kept bytes never take memory beyond the budget. A table that is
+//! The slots are reserved from the cache's budget when the mapping is made (a few buffers,
+//! within the quarter of the budget that set-aside pools share), so kept bytes never take
+//! memory beyond the budget. A table that is
 //! full replaces its oldest entry: a marker whose bytes were dropped is read on its fault, as
 //! before.
 
@@ -70,15 +71,24 @@ pub(super) struct KeptMarkers {
 }
 
 impl KeptMarkers {
-    /// A table for buffers of `bs` bytes, its slots reserved from `cache`'s budget; `None`
-    /// when the slots would take more than a sixteenth of the budget, or cannot be had.
-    pub(super) fn new(cache: &CacheCore, bs: usize) -> Option<KeptMarkers> {
-        let bytes = (SLOTS * bs) as u64;
-        if bytes > cache.budget_bytes() / 16 {
+    /// A table for a mapping of `buffers` buffers of `bs` bytes, its slots reserved from
+    /// `cache`'s budget within the quarter that set-aside pools share
+    /// ([`CacheCore::claim_aside`]): slots held for good must not crowd out loads when many
+    /// mappings are made. `None` for a mapping too small for windows with markers to matter,
+    /// or when the slots cannot be had.
+    pub(super) fn new(cache: &CacheCore, buffers: u64, bs: usize) -> Option<KeptMarkers> {
+        if buffers < 4 * SLOTS as u64 {
             return None;
         }
-        let slots = Region::reserve(SLOTS * bs, 4096).ok()?;
-        cache.reserve(bytes).ok()?;
+        let bytes = (SLOTS * bs) as u64;
+        let granted = cache.claim_aside(SLOTS as u64, bs);
+        let had = granted == SLOTS as u64;
+        let slots = Region::reserve(SLOTS * bs, 4096).ok();
+        let slots = slots.filter(|_| had && cache.reserve(bytes).is_ok());
+        let Some(slots) = slots else {
+            cache.release_aside(granted * bs as u64);
+            return None;
+        };
         let free = Entry {
             index: u64::MAX,
             kept: Kept::Free,
@@ -103,6 +113,7 @@ impl KeptMarkers {
         }
         let _ = self.slots.drop_ranges(&[(0, self.slots.len())]);
         cache.release(self.slots.len() as u64);
+        cache.release_aside(self.slots.len() as u64);
     }
 
     fn slot_addr(&self, k: usize) -> *mut u8 {
