@@ -66,8 +66,8 @@ fn a_sequential_scan_installs_whole_windows_with_one_call_each() {
     let st = cache.stats();
     let pages = st.installed_bytes / BS as u64;
     assert!(pages >= buffers as u64, "every buffer installed: {st:?}");
-    // Windows reach 1 MiB (256 buffers); the first ones and the demand misses at each
-    // window's marker are single buffers. 16 per call on average is far from both ends.
+    // Windows are 1 MiB (256 buffers) from the first, installed in two calls either side of
+    // their marker, which goes in alone. 16 per call on average is far from both ends.
     assert!(
         st.installs * 16 <= pages,
         "{} installs for {pages} pages: runs were not installed whole ({st:?})",
@@ -96,9 +96,9 @@ fn a_kept_marker_is_not_installed_after_its_buffer_changed() {
         return;
     }
     within("a stale kept marker", || {
-        let buffers = 64;
+        let buffers = 1024;
         let store = store_of(buffers);
-        let cache = Cache::new(CacheOptions::new(4 << 20)).unwrap();
+        let cache = Cache::new(CacheOptions::new(16 << 20)).unwrap();
         let m = cache
             .map(
                 store.clone(),
@@ -108,27 +108,31 @@ fn a_kept_marker_is_not_installed_after_its_buffer_changed() {
             .unwrap();
         let w = words(&m);
         let per = BS / 8;
-        // The miss at buffer 0 reads the window 1..=4, whose marker 3 is kept aside.
+        // The miss at buffer 0 reads the window 1..=256 (1 MiB, a file's first window), whose
+        // marker, its middle buffer 129, is kept aside.
+        let marker = 129;
         assert_eq!(w[0].load(Relaxed), word(0, 0));
         until(
             "the first window is read",
-            || (1..=4).filter(|&i| m.is_resident(i).unwrap()).count() == 3,
+            || (1..=256).filter(|&i| m.is_resident(i).unwrap()).count() == 255,
             || m.stats(),
         );
-        assert!(!m.is_resident(3).unwrap(), "the marker stays out of the mapping");
+        assert!(!m.is_resident(marker).unwrap(), "the marker stays out");
         // Loaded by a batch (which does not use kept bytes), changed, and evicted.
-        m.ensure_cached(3 * BS as u64, BS as u64).unwrap();
-        for (k, x) in w.iter().enumerate().skip(3 * per).take(per) {
+        let at = marker as usize * BS;
+        m.ensure_cached(at as u64, BS as u64).unwrap();
+        for (k, x) in w.iter().enumerate().skip(at / 8).take(per) {
             x.store(word(k, 1), Relaxed);
         }
-        m.evict(3 * BS as u64, BS as u64).unwrap();
-        assert!(!m.is_resident(3).unwrap());
-        for (k, x) in w.iter().enumerate().skip(3 * per).take(per) {
+        m.evict(at as u64, BS as u64).unwrap();
+        assert!(!m.is_resident(marker).unwrap());
+        for (k, x) in w.iter().enumerate().skip(at / 8).take(per) {
             assert_eq!(x.load(Relaxed), word(k, 1), "word {k}: old bytes installed");
         }
         assert_eq!(m.stats().marker_hits, 0, "{:?}", m.stats());
-        // The next window's marker (buffer 7 of 5..=12), touched in order, is kept and used.
-        for b in 4..13 {
+        // That miss at the marker read the next window, 257..=512; its marker (385), touched
+        // in order, is kept and used.
+        for b in 130..400 {
             for (k, x) in w.iter().enumerate().skip(b * per).take(per) {
                 assert_eq!(x.load(Relaxed), word(k, 0), "buffer {b}, word {k}");
             }

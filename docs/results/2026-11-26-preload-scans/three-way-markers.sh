@@ -4,6 +4,7 @@
 # budget and cache drops as scripts/bench-preload.sh, sqlite-scan and rg-mmap only. Prints one
 # line per run: rep workload variant wall_s cpu_s [shim: misses marker_hits bytes_read].
 #   DIR=/var/tmp/scan-vda BASE_SO=... NEW_SO=... REPS=5 bash three-way-markers.sh
+#   DIR=/var/tmp/scan-vda SHIMS="a=/tmp/a.so b=/tmp/b.so c=/tmp/c.so" REPS=5 bash three-way-markers.sh
 set -euo pipefail
 dir=${DIR:?} reps=${REPS:-5} memory=128MiB mem_b=$((128 << 20)) data_b=$((512 << 20))
 mkdir -p "$dir"
@@ -45,7 +46,7 @@ cmds=(
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 one() { # variant workload-index
   local cmd=${cmds[$2]} t0 t1 so=""
-  case $1 in base) so=$BASE_SO ;; new) so=$NEW_SO ;; esac
+  case $1 in plain) ;; *) so=${SO[$1]} ;; esac
   drop; t0=$(date +%s.%N)
   if [ -z "$so" ]; then
     /usr/bin/time -f "%U %S" -o "$dir/time" sh -c "echo \$\$ > $cg/cgroup.procs; exec sh -c \"\$0\"" "$cmd" > "$dir/out.$1" 2> "$dir/err.$1"
@@ -54,14 +55,18 @@ one() { # variant workload-index
   fi
   t1=$(date +%s.%N)
   read -r u s < <(tail -1 "$dir/time")
-  st=$(grep -o 'misses: [0-9]*\|marker_hits: [0-9]*\|bytes_read: [0-9]*' "$dir/err.$1" | awk '{printf "%s=%s ", $1, $2}')
+  st=$(grep -o 'misses: [0-9]*\|marker_hits: [0-9]*\|bytes_read: [0-9]*' "$dir/err.$1" | awk '{printf "%s=%s ", $1, $2}' || true)
   same=same; cmp -s "$dir/out.ref${2}" "$dir/out.$1" || same=DIFFERENT
   echo "$rep ${names[$2]} $1 $(python3 -c "print(f'{$t1-$t0:.3f} {$u+$s:.2f}')") $same $st"
 }
 for w in 0 1; do sh -c "${cmds[$w]}" > "$dir/out.ref$w"; done
-orders=("plain base new" "new plain base" "base new plain")
+# SHIMS="name=path ..." names the builds to compare (default: base=$BASE_SO new=$NEW_SO).
+declare -A SO=()
+vs=(plain)
+for kv in ${SHIMS:-base=${BASE_SO:-} new=${NEW_SO:-}}; do SO[${kv%%=*}]=${kv#*=}; vs+=("${kv%%=*}"); done
 for rep in $(seq "$reps"); do
   for w in 0 1; do
-    for v in ${orders[$(( (rep - 1) % 3 ))]}; do one "$v" "$w"; done
+    # The order rotates each rep.
+    for k in "${!vs[@]}"; do one "${vs[$(( (k + rep - 1) % ${#vs[@]} ))]}" "$w"; done
   done
 done
