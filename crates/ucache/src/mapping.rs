@@ -64,11 +64,11 @@ mod write;
 mod writeback;
 
 use aside::AsidePool;
-use marker::KeptMarkers;
 pub use handle::{Mapping, UnmapError};
 use home::Home;
 pub use hooks::BeforeWriteback;
 pub use landing::Landing;
+use marker::KeptMarkers;
 pub use options::{MapOptions, Placement};
 pub use upgrade::OptimisticRead;
 

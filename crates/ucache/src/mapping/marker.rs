@@ -265,9 +265,11 @@ impl MappingCore {
         // Whatever the entry held, it is used up: a pending one is not in flight (we hold the
         // claim), and bytes of another version are stale.
         g.0[k].kept = Kept::Free;
-        if e.kept != (Kept::Bytes {
-            version: seen.version(),
-        }) {
+        if e.kept
+            != (Kept::Bytes {
+                version: seen.version(),
+            })
+        {
             return Ok(false);
         }
         claim.mark_filled();
