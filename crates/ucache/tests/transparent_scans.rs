@@ -228,3 +228,45 @@ fn concurrent_scans_and_evictions_race_multi_page_installs() {
         eprintln!("{st:?}");
     });
 }
+
+/// A program that writes the object around the mapping (the LD_PRELOAD shim after a
+/// `pwrite`, here a second mapping) evicts the range to drop the mapping's copies; a kept
+/// marker is such a copy, and its next fault must read the new bytes.
+#[test]
+fn an_explicit_eviction_drops_a_kept_marker() {
+    if under_tsan() {
+        return;
+    }
+    within("a kept marker written around", || {
+        let buffers = 1024;
+        let store = store_of(buffers);
+        let cache = Cache::new(CacheOptions::new(16 << 20)).unwrap();
+        let m = cache
+            .map(store.clone(), "t", MapOptions::new().transparent(true))
+            .unwrap();
+        let other = cache
+            .map(store.clone(), "t", MapOptions::new().writable(true))
+            .unwrap();
+        let w = words(&m);
+        let per = BS / 8;
+        // As above: the first window is 1..=256 and its marker, 129, is kept.
+        let marker = 129u64;
+        assert_eq!(w[0].load(Relaxed), word(0, 0));
+        until(
+            "the first window is read",
+            || (1..=256).filter(|&i| m.is_resident(i).unwrap()).count() == 255,
+            || m.stats(),
+        );
+        let at = marker as usize * BS;
+        let new: Vec<u8> = (0..per)
+            .flat_map(|k| word(at / 8 + k, 1).to_le_bytes())
+            .collect();
+        other.write(at as u64, &new).unwrap();
+        other.msync(0, other.len()).unwrap();
+        m.evict(at as u64, BS as u64).unwrap();
+        for (k, x) in w.iter().enumerate().skip(at / 8).take(per) {
+            assert_eq!(x.load(Relaxed), word(k, 1), "word {k}: old bytes installed");
+        }
+        assert_eq!(m.stats().marker_hits, 0, "{:?}", m.stats());
+    });
+}

@@ -77,6 +77,11 @@ impl MappingCore {
         cands: &[u64],
         explicit: bool,
     ) -> (u64, Option<(usize, Error)>) {
+        if explicit {
+            // An explicit eviction is how a program invalidates what it wrote around the
+            // mapping (the shim after a `pwrite`): kept marker bytes go too.
+            self.forget_kept(cands);
+        }
         let mut v = self.claim_victims(cands, explicit);
         let mut failure = self.write_back_victims(&mut v, explicit);
         self.stats().add(Counter::EvictionCancels, v.cancels);

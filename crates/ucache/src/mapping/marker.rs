@@ -18,8 +18,10 @@
 //! Kept bytes are valid only while the buffer has not been loaded since: each entry records the
 //! version the buffer's word has once the marker's claim is undone (every load that completes
 //! and is evicted again, or is undone, bumps it), and a fault uses the bytes only if it claimed
-//! the buffer from a word of that version. Writes reach an object through loaded buffers only,
-//! so an unchanged version means unchanged bytes.
+//! the buffer from a word of that version. Writes through the mapping reach an object through
+//! loaded buffers only, so an unchanged version means bytes unchanged by the mapping; a program
+//! that writes the object around the mapping evicts the range explicitly to drop its copies
+//! (the LD_PRELOAD shim does after every `pwrite`), and that drops kept bytes too.
 //!
 //! The slots are reserved from the cache's budget when the mapping is made (a few buffers,
 //! within the quarter of the budget that set-aside pools share), so kept bytes never take
@@ -278,6 +280,19 @@ impl MappingCore {
         unsafe { self.install(i, kept.slot_addr(k), self.bs, writable) }?;
         self.stats().add(Counter::MarkerHits, 1);
         Ok(true)
+    }
+
+    /// Drops what is kept for any of `indices`: an explicit eviction, which a program uses to
+    /// invalidate bytes it changed around the mapping (the LD_PRELOAD shim after a `pwrite`).
+    pub(super) fn forget_kept(&self, indices: &[u64]) {
+        if let Some(kept) = &self.kept {
+            let mut g = kept.entries.lock();
+            for e in g.0.iter_mut() {
+                if e.kept != Kept::Free && indices.contains(&e.index) {
+                    e.kept = Kept::Free;
+                }
+            }
+        }
     }
 
     /// Gives the kept markers' budget back (unmap, drop).
