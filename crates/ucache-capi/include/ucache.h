@@ -338,6 +338,10 @@ typedef struct ucache_stats {
    */
   uint64_t store_reads_overlapped;
   /**
+   * Of `misses`, readahead markers installed from bytes read with their window.
+   */
+  uint64_t marker_hits;
+  /**
    * Miss latency histogram: entry i counts misses that took [2^i, 2^(i+1)) ns.
    */
   uint64_t miss_latency[UCACHE_LATENCY_BUCKETS];

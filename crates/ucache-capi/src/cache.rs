@@ -175,6 +175,8 @@ pub struct ucache_stats {
     /// Of those, the ones handed over while another read of the same batch or stream was
     /// outstanding.
     pub store_reads_overlapped: u64,
+    /// Of `misses`, readahead markers installed from bytes read with their window.
+    pub marker_hits: u64,
     /// Miss latency histogram: entry i counts misses that took [2^i, 2^(i+1)) ns.
     pub miss_latency: [u64; UCACHE_LATENCY_BUCKETS],
 }
@@ -239,6 +241,7 @@ stats_from_snapshot!(
     installed_bytes,
     store_reads,
     store_reads_overlapped,
+    marker_hits,
 );
 
 /// Copies the cache's counters into `*out`.

@@ -18,6 +18,7 @@
 //! | evict dirty | `Cached` dirty →(CAS) write-back (pin+1, WB) →(write batch)→ then as evict | `evict.rs` |
 //! | writeback / msync | `Cached` dirty → WB+pin →(write)→ clean, or dirty again on failure | `writeback.rs` |
 //! | set aside, restore | `Cached` → `Evicting` → `Aside` (copied to a pool slot) → `Loading` → `Cached` | `aside.rs` |
+//! | readahead marker | read with its window: claimed, read, its bytes kept, claim undone (`Loading` → `Evicted`, version+1); its fault installs them as a miss without IO | `marker.rs` |
 //!
 //! A candidate that is pinned, locked, dirty-and-unwritable or touched between proposal and
 //! claim simply fails its CAS: eviction is cancelled, never waited for.
@@ -53,6 +54,7 @@ mod home;
 mod hooks;
 mod landing;
 mod lists;
+mod marker;
 mod options;
 mod pin;
 #[cfg(feature = "tokio")]
@@ -69,6 +71,7 @@ pub use handle::{Mapping, UnmapError};
 use home::Home;
 pub use hooks::BeforeWriteback;
 pub use landing::Landing;
+use marker::KeptMarkers;
 pub use options::{MapOptions, Placement};
 pub use upgrade::OptimisticRead;
 
@@ -111,6 +114,8 @@ pub(crate) struct MappingCore {
     fault_handling: FaultHandling,
     /// Slots and queue of set-aside buffers (transparent mappings that track access).
     aside: Option<AsidePool>,
+    /// Readahead markers' bytes read with their windows (transparent mappings with readahead).
+    kept: Option<KeptMarkers>,
     /// Write-backs and syncs: what a failed sync may have lost.
     sync_ledger: sync_ledger::SyncLedger,
     /// This mapping's share of the cache's statistics ([`Mapping::stats`]).
@@ -315,12 +320,20 @@ impl MappingCore {
         } else {
             None
         };
+        let kept = if o.transparent && policy.has_prefetching() {
+            KeptMarkers::new(&cache, nbuf, bs)
+        } else {
+            None
+        };
         if writable && end > obj_len {
             // Last, so a mapping refused above leaves the object as it was.
             if let Err(e) = obj.set_len(end) {
                 if let Some(pool) = &aside {
                     cache.release(pool.bytes());
                     cache.release_aside(pool.bytes());
+                }
+                if let Some(k) = &kept {
+                    k.give_back(&cache);
                 }
                 return Err(Error::io("grow", object, end, e));
             }
@@ -349,6 +362,7 @@ impl MappingCore {
             registration: std::sync::OnceLock::new(),
             fault_threads: std::sync::OnceLock::new(),
             aside,
+            kept,
             sync_ledger: Default::default(),
             own_stats,
             before_writeback: o.before_writeback,
@@ -547,6 +561,7 @@ impl Drop for MappingCore {
         if let Some(pool) = &self.aside {
             pool.give_back(&self.cache);
         }
+        self.give_back_kept();
     }
 }
 

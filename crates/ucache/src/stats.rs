@@ -111,6 +111,7 @@ counters! {
     installed_bytes: "Bytes those calls installed.",
     store_reads: "Read requests handed to stores: one per run of adjacent buffers read together, so `bytes_read` over this (against the buffer size) says how well reads were coalesced.",
     store_reads_overlapped: "Of `store_reads`, those handed over while another read of the same batch or stream was still outstanding, which a store can keep in flight together (io_uring, or `FileStore`'s IO threads). 0 means every read waited for the one before it.",
+    marker_hits: "Of `misses`, faults on a transparent mapping's readahead marker served from bytes read with its window, without IO (the marker is left out of the mapping so that its touch starts the next window).",
 }
 
 /// The live counters of one cache.
@@ -178,6 +179,7 @@ pub(crate) enum Counter {
     InstalledBytes,
     StoreReads,
     StoreReadsOverlapped,
+    MarkerHits,
 }
 
 impl Stats {
@@ -230,6 +232,7 @@ impl Stats {
             Counter::InstalledBytes => &s.installed_bytes,
             Counter::StoreReads => &s.store_reads,
             Counter::StoreReadsOverlapped => &s.store_reads_overlapped,
+            Counter::MarkerHits => &s.marker_hits,
         };
         Self::bump(a, n, owned);
     }

@@ -92,6 +92,7 @@ impl fmt::Display for StatsSnapshot {
                 ("installed KiB", self.installed_bytes >> 10),
                 ("store reads", self.store_reads),
                 ("overlapped", self.store_reads_overlapped),
+                ("marker hits", self.marker_hits),
             ];
             let rest: Vec<String> = rest
                 .iter()

@@ -12,7 +12,7 @@ use ucache::store::MemoryStore;
 use ucache::{Cache, CacheOptions, MapOptions, Mapping};
 
 mod common;
-use common::{under_tsan, within};
+use common::{under_tsan, until, within};
 
 const BS: usize = 4096;
 
@@ -66,15 +66,79 @@ fn a_sequential_scan_installs_whole_windows_with_one_call_each() {
     let st = cache.stats();
     let pages = st.installed_bytes / BS as u64;
     assert!(pages >= buffers as u64, "every buffer installed: {st:?}");
-    // Windows reach 1 MiB (256 buffers); the first ones and the demand misses at each
-    // window's marker are single buffers. 16 per call on average is far from both ends.
+    // Windows are 1 MiB (256 buffers) from the first, installed in two calls either side of
+    // their marker, which goes in alone. 16 per call on average is far from both ends.
     assert!(
         st.installs * 16 <= pages,
         "{} installs for {pages} pages: runs were not installed whole ({st:?})",
         st.installs
     );
     assert!(st.prefetches > st.misses * 16, "{st:?}");
+    // Each window's marker is read with the window and installed on its fault without IO:
+    // the demand misses that read are the scan's cold start and little else, where each
+    // window's marker used to be one (about 20 here, as many as the windows).
+    assert!(st.marker_hits >= 10, "markers read on their faults: {st:?}");
+    assert!(
+        (st.misses - st.marker_hits) * 4 <= st.marker_hits,
+        "{} demand reads for {} markers kept ({st:?})",
+        st.misses - st.marker_hits,
+        st.marker_hits
+    );
     eprintln!("{} pages in {} installs: {st:?}", pages, st.installs);
+}
+
+/// A marker's kept bytes are used only if the buffer was not loaded since they were read:
+/// here it is loaded another way, changed, written back and evicted, and its next fault must
+/// read the new bytes from the store, not install the old ones.
+#[test]
+fn a_kept_marker_is_not_installed_after_its_buffer_changed() {
+    if under_tsan() {
+        return;
+    }
+    within("a stale kept marker", || {
+        let buffers = 1024;
+        let store = store_of(buffers);
+        let cache = Cache::new(CacheOptions::new(16 << 20)).unwrap();
+        let m = cache
+            .map(
+                store.clone(),
+                "t",
+                MapOptions::new().transparent(true).writable(true),
+            )
+            .unwrap();
+        let w = words(&m);
+        let per = BS / 8;
+        // The miss at buffer 0 reads the window 1..=256 (1 MiB, a file's first window), whose
+        // marker, its middle buffer 129, is kept aside.
+        let marker = 129;
+        assert_eq!(w[0].load(Relaxed), word(0, 0));
+        until(
+            "the first window is read",
+            || (1..=256).filter(|&i| m.is_resident(i).unwrap()).count() == 255,
+            || m.stats(),
+        );
+        assert!(!m.is_resident(marker).unwrap(), "the marker stays out");
+        // Loaded by a batch (which does not use kept bytes), changed, and evicted.
+        let at = marker as usize * BS;
+        m.ensure_cached(at as u64, BS as u64).unwrap();
+        for (k, x) in w.iter().enumerate().skip(at / 8).take(per) {
+            x.store(word(k, 1), Relaxed);
+        }
+        m.evict(at as u64, BS as u64).unwrap();
+        assert!(!m.is_resident(marker).unwrap());
+        for (k, x) in w.iter().enumerate().skip(at / 8).take(per) {
+            assert_eq!(x.load(Relaxed), word(k, 1), "word {k}: old bytes installed");
+        }
+        assert_eq!(m.stats().marker_hits, 0, "{:?}", m.stats());
+        // That miss at the marker read the next window, 257..=512; its marker (385), touched
+        // in order, is kept and used.
+        for b in 130..400 {
+            for (k, x) in w.iter().enumerate().skip(b * per).take(per) {
+                assert_eq!(x.load(Relaxed), word(k, 0), "buffer {b}, word {k}");
+            }
+        }
+        assert!(m.stats().marker_hits >= 1, "{:?}", m.stats());
+    });
 }
 
 /// Scanners at different places fault at once, each into runs another may be installing;
@@ -158,6 +222,51 @@ fn concurrent_scans_and_evictions_race_multi_page_installs() {
             st.installs
         );
         assert!(cache.used() <= 2 << 20);
+        // Markers were read with their windows and installed from their kept bytes, checked
+        // above against the round they were read in.
+        assert!(st.marker_hits > 0, "{st:?}");
         eprintln!("{st:?}");
+    });
+}
+
+/// A program that writes the object around the mapping (the LD_PRELOAD shim after a
+/// `pwrite`, here a second mapping) evicts the range to drop the mapping's copies; a kept
+/// marker is such a copy, and its next fault must read the new bytes.
+#[test]
+fn an_explicit_eviction_drops_a_kept_marker() {
+    if under_tsan() {
+        return;
+    }
+    within("a kept marker written around", || {
+        let buffers = 1024;
+        let store = store_of(buffers);
+        let cache = Cache::new(CacheOptions::new(16 << 20)).unwrap();
+        let m = cache
+            .map(store.clone(), "t", MapOptions::new().transparent(true))
+            .unwrap();
+        let other = cache
+            .map(store.clone(), "t", MapOptions::new().writable(true))
+            .unwrap();
+        let w = words(&m);
+        let per = BS / 8;
+        // As above: the first window is 1..=256 and its marker, 129, is kept.
+        let marker = 129u64;
+        assert_eq!(w[0].load(Relaxed), word(0, 0));
+        until(
+            "the first window is read",
+            || (1..=256).filter(|&i| m.is_resident(i).unwrap()).count() == 255,
+            || m.stats(),
+        );
+        let at = marker as usize * BS;
+        let new: Vec<u8> = (0..per)
+            .flat_map(|k| word(at / 8 + k, 1).to_le_bytes())
+            .collect();
+        other.write(at as u64, &new).unwrap();
+        other.msync(0, other.len()).unwrap();
+        m.evict(at as u64, BS as u64).unwrap();
+        for (k, x) in w.iter().enumerate().skip(at / 8).take(per) {
+            assert_eq!(x.load(Relaxed), word(k, 1), "word {k}: old bytes installed");
+        }
+        assert_eq!(m.stats().marker_hits, 0, "{:?}", m.stats());
     });
 }

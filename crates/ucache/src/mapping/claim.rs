@@ -84,6 +84,12 @@ impl<'a> LoadClaim<'a> {
         self.filled = true;
     }
 
+    /// Notes that nothing reached the buffer's memory after all (a readahead marker whose
+    /// bytes were kept aside, `marker.rs`): the undo gives back its room only.
+    pub(super) fn mark_unfilled(&mut self) {
+        self.filled = false;
+    }
+
     /// Reads the buffer from the store into its home ([`MappingCore::fill`]).
     pub(super) fn fill(&mut self, writable: bool, sw: &mut Stopwatch) -> Result<()> {
         self.m.fill(self.i, writable, &mut self.filled, sw)

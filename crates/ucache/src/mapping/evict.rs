@@ -77,6 +77,11 @@ impl MappingCore {
         cands: &[u64],
         explicit: bool,
     ) -> (u64, Option<(usize, Error)>) {
+        if explicit {
+            // An explicit eviction is how a program invalidates what it wrote around the
+            // mapping (the shim after a `pwrite`): kept marker bytes go too.
+            self.forget_kept(cands);
+        }
         let mut v = self.claim_victims(cands, explicit);
         let mut failure = self.write_back_victims(&mut v, explicit);
         self.stats().add(Counter::EvictionCancels, v.cancels);
@@ -278,6 +283,7 @@ impl MappingCore {
                     debug_assert!(pool.all_free(), "a set-aside slot leaked");
                     pool.give_back(&self.cache);
                 }
+                self.give_back_kept();
                 self.trim_home();
                 return Ok(());
             }

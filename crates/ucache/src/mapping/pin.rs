@@ -208,23 +208,31 @@ impl MappingCore {
             .unwrap_or_else(Instant::now);
         claim.take_room(true)?;
         sw.lap(self.stats(), Counter::FaultEvictNs);
-        claim.fill(dirty, sw)?;
-        self.publish_miss(claim, pin, dirty, sw.since(t0));
+        // A readahead marker's bytes were read with its window (counted then).
+        let read = !self.install_kept(&mut claim, seen, dirty)?;
+        if read {
+            claim.fill(dirty, sw)?;
+        }
+        self.publish_miss(claim, pin, dirty, read, sw.since(t0));
         sw.lap(self.stats(), Counter::FaultBookkeepingNs);
         Ok(true)
     }
 
-    /// The end of a demand miss, blocking or async: counted, then published holding `pin`.
+    /// The end of a demand miss, blocking or async: counted (its bytes if `read` from the
+    /// store now), then published holding `pin`.
     pub(super) fn publish_miss(
         &self,
         claim: LoadClaim<'_>,
         pin: Pin,
         dirty: bool,
+        read: bool,
         latency: std::time::Duration,
     ) {
         self.stats().record_miss_latency(latency);
         self.stats().add(Counter::Misses, 1);
-        self.stats().add(Counter::BytesRead, self.bs as u64);
+        if read {
+            self.stats().add(Counter::BytesRead, self.bs as u64);
+        }
         claim.publish(pin, false, dirty);
     }
 
@@ -254,6 +262,9 @@ impl MappingCore {
             None => self.policy.choose_prefetch_buffers(i, &mut want),
         }
         want.retain(|&j| j < self.buffers());
+        if let Some(kept) = &self.kept {
+            kept.read_with_window(&mut want);
+        }
         if !want.is_empty() {
             let _ = MappingCore::prefetch_indices(self, &want);
         }

@@ -88,7 +88,7 @@ impl MappingCore {
             .read_owned(self.object_offset(i), self.bs)
             .await;
         claim.fill_from(got)?;
-        self.publish_miss(claim, pin, false, t0.elapsed());
+        self.publish_miss(claim, pin, false, true, t0.elapsed());
         Ok(true)
     }
 

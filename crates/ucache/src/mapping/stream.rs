@@ -380,8 +380,16 @@ impl MappingCore {
             .map(|i| unsafe { LoadClaim::adopt(self, i) })
             .collect();
         if n > 1 && whole && self.home.is_transparent() {
-            // SAFETY: the staging run is readable; buffers first..first+n are Loading and ours.
-            let r = unsafe { self.install(first, req.ptr(), req.len(), false) };
+            // A readahead marker read with its window keeps its bytes aside (`marker.rs`).
+            let (claims, r) = match self.keep_markers_of_run(first, req.ptr(), claims) {
+                Ok(kept) => kept,
+                // SAFETY: the staging run is readable; buffers first..first+n are Loading
+                // and ours.
+                Err(claims) => (claims, unsafe {
+                    self.install(first, req.ptr(), req.len(), false)
+                }),
+            };
+            let n = claims.len();
             for mut c in claims {
                 match r {
                     Ok(()) => c.publish(Pin::None, true, false),

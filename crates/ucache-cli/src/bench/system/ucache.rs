@@ -291,6 +291,7 @@ impl System for Ucache {
             ("set_aside", s.set_aside),
             ("restores", s.restores),
             ("installs", s.installs),
+            ("marker_hits", s.marker_hits),
             ("installed_bytes", s.installed_bytes),
             ("store_reads", s.store_reads),
             ("store_reads_overlapped", s.store_reads_overlapped),

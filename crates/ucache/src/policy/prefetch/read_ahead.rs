@@ -77,6 +77,8 @@ impl StreamState {
 
 pub struct ReadAhead {
     initial: u64,
+    /// The window of a stream that starts at the mapping's first buffer.
+    start: u64,
     max: u64,
     buffers: u64,
     asynchronous: bool,
@@ -103,6 +105,7 @@ impl ReadAhead {
         let n = streams.max(1);
         ReadAhead {
             initial,
+            start: initial,
             max: max.clamp(initial, ReadAhead::MAX_WINDOW),
             buffers: u64::MAX,
             asynchronous: false,
@@ -120,6 +123,14 @@ impl ReadAhead {
         self.asynchronous = true;
         self
     }
+
+    /// Starts a stream whose first miss is at the mapping's first buffer with a window of
+    /// `start` buffers (at most the maximum) instead of the initial one: a file read from its
+    /// start is most likely read through, as Linux's read-around of a first fault assumes.
+    pub fn start_window(mut self, start: u64) -> Self {
+        self.start = start.clamp(self.initial, self.max);
+        self
+    }
 }
 
 impl ReadAhead {
@@ -129,7 +140,9 @@ impl ReadAhead {
     /// mmap at 4 KiB buffers), with 1 MiB it runs at 0.52× (see docs/design.md).
     pub fn transparent_default(buffer_size: usize) -> Self {
         let bs = buffer_size.max(1) as u64;
-        Self::new((16 << 10) / bs, ((1 << 20) / bs).max(4)).asynchronous()
+        Self::new((16 << 10) / bs, ((1 << 20) / bs).max(4))
+            .asynchronous()
+            .start_window((1 << 20) / bs)
     }
 }
 
@@ -151,6 +164,7 @@ impl Prefetcher for ReadAhead {
         // gets to it: at most a quarter of the capacity.
         self.max = self.max.min((layout.capacity / 4).max(1));
         self.initial = self.initial.min(self.max);
+        self.start = self.start.clamp(self.initial, self.max);
     }
 
     fn on_miss(&self, index: u64, out: &mut Vec<u64>) {
@@ -288,7 +302,12 @@ impl ReadAhead {
     /// to `out`.
     fn extend(&self, mut s: StreamState, first: u64, out: &mut Vec<u64>) -> StreamState {
         s.size = if s.size == 0 {
-            self.initial
+            // Only a miss at buffer 0 starts a window at buffer 1 from no window.
+            if first == 1 {
+                self.start
+            } else {
+                self.initial
+            }
         } else {
             (2 * s.size).min(self.max)
         };
@@ -353,6 +372,30 @@ mod tests {
             (9..=16).collect::<Vec<_>>(),
             "the scan kept its window"
         );
+    }
+
+    #[test]
+    fn a_stream_from_the_first_buffer_starts_with_the_start_window() {
+        let mut p = ReadAhead::new(2, 8).asynchronous().start_window(6);
+        p.attach(Layout {
+            buffers: 1000,
+            capacity: 1000,
+            buffer_size: 4096,
+        });
+        let got = run(&p, &[0]);
+        // 1..=6 with its middle, 4, left out as the marker.
+        assert_eq!(got[0], vec![1, 2, 3, 5, 6]);
+        // A stream starting anywhere else ramps from the initial window (503 its marker).
+        let got = run(&p, &[500, 501]);
+        assert_eq!(got[1], vec![502]);
+        // The start window never exceeds the maximum.
+        let mut p = ReadAhead::new(2, 8).start_window(100);
+        p.attach(Layout {
+            buffers: 1000,
+            capacity: 1000,
+            buffer_size: 4096,
+        });
+        assert_eq!(run(&p, &[0])[0], (1..=8).collect::<Vec<_>>());
     }
 
     #[test]
