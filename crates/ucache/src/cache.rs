@@ -653,7 +653,12 @@ impl CacheCore {
     /// not be written back (ENOSPC, a store that is down) are the cause to report, not the
     /// full budget they hold.
     fn gave_up(&self) -> Error {
-        if let Some((failed, first)) = take_writeback_failure() {
+        self.gave_up_with(take_writeback_failure())
+    }
+
+    /// [`CacheCore::gave_up`] with the write-back failure the caller collected.
+    fn gave_up_with(&self, failure: Option<(usize, Error)>) -> Error {
+        if let Some((failed, first)) = failure {
             return Error::WritebackFailed {
                 failed,
                 first: Box::new(first),
@@ -665,16 +670,22 @@ impl CacheCore {
     }
 
     /// For a load that must not block while it waits for memory (the async miss, which
-    /// sleeps between tries instead): counts the stall on the first call (`since` unset) and
-    /// fails as [`CacheCore::reserve`] would once `budget_wait` has passed since then.
+    /// sleeps between tries instead), called right after each eviction round that freed too
+    /// little, on that round's thread: counts the stall on the first call and fails as
+    /// [`CacheCore::reserve`] would once `budget_wait` has passed since then. The round's
+    /// write-back failure is moved from the thread into `wait`, because the task may resume
+    /// on another thread after its sleep.
     #[cfg(feature = "tokio")]
-    pub(crate) fn still_waiting(&self, since: &mut Option<Instant>) -> Result<()> {
-        let t = *since.get_or_insert_with(|| {
+    pub(crate) fn still_waiting(&self, wait: &mut RoomWait) -> Result<()> {
+        if let Some(f) = take_writeback_failure() {
+            wait.failure = Some(f);
+        }
+        let t = *wait.since.get_or_insert_with(|| {
             self.stats.add(Counter::BudgetStalls, 1);
             Instant::now()
         });
         if t.elapsed() > self.budget_wait {
-            return Err(self.gave_up());
+            return Err(self.gave_up_with(wait.failure.take()));
         }
         Ok(())
     }
@@ -800,6 +811,15 @@ pub(crate) fn note_writeback_failure(failed: usize, first: Error) {
             *f = Some((failed, first));
         }
     });
+}
+
+/// What an async load has waited for memory so far ([`CacheCore::still_waiting`]).
+#[cfg(feature = "tokio")]
+#[derive(Default)]
+pub(crate) struct RoomWait {
+    since: Option<Instant>,
+    /// The last write-back failure of its eviction rounds.
+    failure: Option<(usize, Error)>,
 }
 
 fn take_writeback_failure() -> Option<(usize, Error)> {

@@ -14,6 +14,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
@@ -22,7 +23,10 @@ use crate::state::{BufferState, Word};
 /// Shards of the table, by key: wakes of unrelated words rarely meet on one lock.
 const SHARDS: usize = 64;
 
-type Shard = Mutex<Vec<(usize, Waker)>>;
+/// Registrations: the word's key, the registration's id, the waker. By id, not by waker, a
+/// registration is taken back: the futures of one task (the branches of a `join!`) share one
+/// waker, and one must not take back another's.
+type Shard = Mutex<Vec<(usize, u64, Waker)>>;
 static TABLE: [Shard; SHARDS] = [const { Mutex::new(Vec::new()) }; SHARDS];
 
 fn shard(key: usize) -> &'static Shard {
@@ -30,14 +34,19 @@ fn shard(key: usize) -> &'static Shard {
     &TABLE[(key >> 3) % SHARDS]
 }
 
-fn register(key: usize, waker: &Waker) {
+/// Registers `waker` on the word at `key`: the registration's id, for [`forget`].
+fn register(key: usize, waker: &Waker) -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
     let mut v = shard(key).lock().unwrap_or_else(PoisonError::into_inner);
-    v.push((key, waker.clone()));
+    v.push((key, id, waker.clone()));
+    id
 }
 
-fn forget(key: usize, waker: &Waker) {
+/// Takes registration `id` back, if a wake has not taken it already.
+fn forget(key: usize, id: u64) {
     let mut v = shard(key).lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some(k) = v.iter().position(|(k, w)| *k == key && w.will_wake(waker)) {
+    if let Some(k) = v.iter().position(|&(_, i, _)| i == id) {
         v.swap_remove(k);
     }
 }
@@ -50,7 +59,7 @@ pub(crate) fn wake(key: usize) {
             return;
         }
         let mut woken = Vec::new();
-        v.retain(|(k, w)| {
+        v.retain(|(k, _, w)| {
             if *k == key {
                 woken.push(w.clone());
             }
@@ -69,7 +78,8 @@ pub(crate) fn wake(key: usize) {
 pub(crate) struct Changed<'a> {
     s: &'a BufferState,
     seen: Word,
-    registered: Option<Waker>,
+    /// The id of this future's registration, while it has one.
+    registered: Option<u64>,
 }
 
 impl BufferState {
@@ -84,8 +94,8 @@ impl BufferState {
 
 impl Changed<'_> {
     fn unregister(&mut self) {
-        if let Some(w) = self.registered.take() {
-            forget(self.s.key(), &w);
+        if let Some(id) = self.registered.take() {
+            forget(self.s.key(), id);
         }
     }
 }
@@ -99,8 +109,7 @@ impl Future for Changed<'_> {
         if !self.s.unchanged(self.seen) {
             return Poll::Ready(());
         }
-        register(self.s.key(), cx.waker());
-        self.registered = Some(cx.waker().clone());
+        self.registered = Some(register(self.s.key(), cx.waker()));
         if self.s.mark_waiters(self.seen) {
             Poll::Pending
         } else {
@@ -156,9 +165,50 @@ mod tests {
         assert!(g.as_mut().poll(&mut cx).is_pending());
         drop(g);
         let key = s.key();
-        assert!(!shard(key).lock().unwrap().iter().any(|(k, _)| *k == key));
+        assert!(!shard(key).lock().unwrap().iter().any(|(k, _, _)| *k == key));
         s.update(|w| Some(w.unpin_exclusive(false))).unwrap();
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
+    }
+
+    /// Two waits of one task (the branches of a `join!`) share its waker: a wait taking its
+    /// registration back must not take the other's, or the other is never woken. Here `b`
+    /// waits again on the next state before `a` sees the change that woke them both.
+    #[test]
+    fn two_waits_with_one_waker_keep_their_own_registrations() {
+        let s = BufferState::new();
+        let w0 = s.load();
+        let loading = w0.begin_load().unwrap();
+        s.cas(w0, loading).unwrap();
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut a = Box::pin(s.changed(loading));
+        let mut b = Box::pin(s.changed(loading));
+        assert!(a.as_mut().poll(&mut cx).is_pending());
+        assert!(b.as_mut().poll(&mut cx).is_pending());
+        // Loaded and pinned exclusively by its loader: both are woken.
+        let x = s.load().finish_load(crate::state::Pin::Exclusive, false);
+        s.cas(s.load(), x).unwrap();
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            2,
+            "one wake per registration"
+        );
+        assert!(b.as_mut().poll(&mut cx).is_ready());
+        let mut b = Box::pin(s.changed(s.load()));
+        assert!(
+            b.as_mut().poll(&mut cx).is_pending(),
+            "b waits for the unpin"
+        );
+        assert!(a.as_mut().poll(&mut cx).is_ready());
+        drop(a);
+        s.update(|w| Some(w.unpin_exclusive(false))).unwrap();
+        assert_eq!(
+            count.0.load(Ordering::SeqCst),
+            3,
+            "b was woken by the unpin"
+        );
+        assert!(b.as_mut().poll(&mut cx).is_ready());
     }
 
     #[test]

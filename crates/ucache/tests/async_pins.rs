@@ -124,7 +124,13 @@ fn async_pins_on_a_multi_thread_runtime_and_ensure_cached() {
         store.insert("data", content(buffers));
         let budget = 32 * BS as u64;
         let cache = Cache::new(CacheOptions::new(budget).batch(4)).unwrap();
-        let map = Arc::new(cache.map(store, "data", MapOptions::new()).unwrap());
+        // No readahead: the miss counts below are exact, and background loads of the pins'
+        // sequential runs would race them.
+        let map = Arc::new(
+            cache
+                .map(store, "data", MapOptions::new().readahead(false))
+                .unwrap(),
+        );
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -244,7 +250,12 @@ fn futures_dropped_mid_miss_undo_their_loads() {
         let budget = 8 * BS as u64;
         let cache = Cache::new(CacheOptions::new(budget).batch(1)).unwrap();
         let map = cache
-            .map(store, "data", MapOptions::new().writable(true))
+            // No readahead: every buffer's miss is counted below.
+            .map(
+                store,
+                "data",
+                MapOptions::new().writable(true).readahead(false),
+            )
             .unwrap();
         let rt = current_thread();
         let _enter = rt.enter();

@@ -80,14 +80,7 @@ impl MappingCore {
             let s = self.state(i);
             let w = s.load();
             if w.phase() == Phase::Cached {
-                // Counts as an access for the policy, so this batch's own loads do not evict it.
-                // The buffer is not pinned, so it may be evicted as the hook runs: the bundled
-                // policies ignore hits on buffers they no longer hold, and reset what a stray
-                // hit left behind when the buffer is inserted again.
-                let _ = s.update(|w| w.touch());
-                if self.policy_hits {
-                    self.policy.on_hit(i);
-                }
+                self.note_unpinned_hit(s, i);
                 continue;
             }
             let Some(mut c) = self.claim_load(i, w) else {
@@ -406,6 +399,18 @@ impl MappingCore {
             self.stats().add(Counter::BytesRead, self.valid(i) as u64);
             Ok(())
         })?
+    }
+
+    /// A cached buffer that a call wants resident, without pinning it (`ensure_cached`, async
+    /// or not): counts as an access for the policy, so the call's own loads do not evict it.
+    /// The buffer is not pinned, so it may be evicted as the hook runs: the bundled policies
+    /// ignore hits on buffers they no longer hold, and reset what a stray hit left behind when
+    /// the buffer is inserted again.
+    pub(super) fn note_unpinned_hit(&self, s: &crate::state::BufferState, i: u64) {
+        let _ = s.update(|w| w.touch());
+        if self.policy_hits {
+            self.policy.on_hit(i);
+        }
     }
 
     /// Claims the evicted buffers among `indices` that the policy admits and has the IO worker

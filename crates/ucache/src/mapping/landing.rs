@@ -219,7 +219,8 @@ impl<I> Drop for Landing<'_, I> {
     /// unpinned (evictable) or, if its read failed, evicted. At most a window of reads, each
     /// already issued.
     fn drop(&mut self) {
-        // Landed guards unpin as they drop.
+        // Every pin first (landed guards unpin as they drop), so that no wait below holds one.
+        self.ahead.retain(|a| matches!(a, Ahead::Claimed(_)));
         for a in self.ahead.drain(..) {
             if let Ahead::Claimed(i) = a {
                 let s = self.m.state(i);

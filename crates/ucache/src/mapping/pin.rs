@@ -142,6 +142,7 @@ impl MappingCore {
                 Pin::Exclusive => w.pin_exclusive(),
                 // Cached is all the caller wants: nothing to take.
                 Pin::None if w.phase() == Phase::Cached => {
+                    self.note_unpinned_hit(s, i);
                     self.stats().add(Counter::Hits, 1);
                     return Step::Pinned;
                 }

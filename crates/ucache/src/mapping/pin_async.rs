@@ -95,10 +95,10 @@ impl MappingCore {
     /// Takes room for `claim` without blocking while none is to be had: one eviction round
     /// per try, and a sleep between tries.
     async fn room_async(&self, claim: &mut LoadClaim<'_>) -> Result<()> {
-        let mut since = None;
+        let mut wait = crate::cache::RoomWait::default();
         let mut pause = Duration::from_micros(50);
         while !claim.take_room(false)? {
-            self.cache.still_waiting(&mut since)?;
+            self.cache.still_waiting(&mut wait)?;
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(MAX_ROOM_PAUSE);
         }

@@ -180,7 +180,7 @@ impl MappingCore {
                                     break;
                                 }
                                 Err(e) => {
-                                    *failed.borrow_mut() = Some(e);
+                                    failed.borrow_mut().get_or_insert(e);
                                     break;
                                 }
                             }
@@ -199,7 +199,9 @@ impl MappingCore {
                         retry = Some(i);
                         return None;
                     }
-                    Err(e) => *failed.borrow_mut() = Some(e),
+                    Err(e) => {
+                        failed.borrow_mut().get_or_insert(e);
+                    }
                 }
             }
             None

@@ -251,7 +251,9 @@ impl Object for FileObject {
             };
             std::thread::scope(|s| {
                 for _ in 1..threads {
-                    s.spawn(work);
+                    // A thread the system refuses (a process limit, a sandbox) is no error:
+                    // the calling thread reads what no other thread took.
+                    let _ = std::thread::Builder::new().spawn_scoped(s, work);
                 }
                 work();
             });
@@ -304,10 +306,10 @@ impl Object for FileObject {
                     hand_back((run, got), &mut outstanding);
                     continue;
                 }
-                for run in runs {
+                for mut run in runs {
                     if workers < IO_THREADS {
                         let (rx, tx) = (job_rx.clone(), done_tx.clone());
-                        s.spawn(move || {
+                        let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
                             for mut run in rx {
                                 let mut got = Vec::with_capacity(run.len());
                                 self.read_run_guarded(&mut run, &mut got);
@@ -316,7 +318,18 @@ impl Object for FileObject {
                                 }
                             }
                         });
-                        workers += 1;
+                        if spawned.is_ok() {
+                            workers += 1;
+                        }
+                    }
+                    if workers == 0 {
+                        // The system refused every thread (a process limit, a sandbox): the
+                        // calling thread reads the run, rather than leave its claims loading.
+                        let mut got = Vec::with_capacity(run.len());
+                        self.read_run_guarded(&mut run, &mut got);
+                        outstanding += run.len();
+                        hand_back((run, got), &mut outstanding);
+                        continue;
                     }
                     outstanding += run.len();
                     // The receivers live until `job_tx` drops, below.
