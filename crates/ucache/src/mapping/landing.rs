@@ -196,8 +196,9 @@ impl<'m, I: Iterator<Item = u64>> Iterator for Landing<'m, I> {
             // its background read failed: then this read's error is the item's).
             None => {
                 let a = self.ahead.pop_front()?;
-                self.m
-                    .pin_shared(a.unpinned().expect("only unpinned entries are left"))
+                // Without the mapping's readahead: the iterator reads ahead itself.
+                let i = a.unpinned().expect("only unpinned entries are left");
+                self.m.pin_shared_with(i, false)
             }
         };
         self.advance();

@@ -31,8 +31,18 @@ pub(super) enum Step {
 
 impl MappingCore {
     pub(crate) fn pin_shared(self: &Arc<Self>, i: u64) -> Result<SharedGuard<'_>> {
+        self.pin_shared_with(i, true)
+    }
+
+    /// [`MappingCore::pin_shared`]; `read_ahead`: a miss may start the mapping's readahead
+    /// (not for a caller that reads ahead itself, as the landing iterator does).
+    pub(super) fn pin_shared_with(
+        self: &Arc<Self>,
+        i: u64,
+        read_ahead: bool,
+    ) -> Result<SharedGuard<'_>> {
         let s = self.slot(i)?;
-        self.pin(s, i, Pin::Shared)?;
+        self.pin(s, i, Pin::Shared, read_ahead)?;
         // SAFETY: we hold a shared pin: the buffer is Cached and nobody writes it until unpin.
         Ok(unsafe { SharedGuard::new(self, i, self.ptr(i), self.valid(i)) })
     }
@@ -59,7 +69,7 @@ impl MappingCore {
         if !self.writable {
             return Err(Error::ReadOnly);
         }
-        self.pin(s, i, Pin::Exclusive)?;
+        self.pin(s, i, Pin::Exclusive, true)?;
         self.exclusive_guard(i)
     }
 
@@ -89,7 +99,7 @@ impl MappingCore {
 
     /// Pins buffer `i`, loading it if needed. The heart of the hit and miss paths.
     #[inline]
-    fn pin(self: &Arc<Self>, s: &BufferState, i: u64, pin: Pin) -> Result<()> {
+    fn pin(self: &Arc<Self>, s: &BufferState, i: u64, pin: Pin, read_ahead: bool) -> Result<()> {
         if pin == Pin::Shared && self.pin_hit(s, i) {
             return Ok(());
         }
@@ -99,7 +109,9 @@ impl MappingCore {
                 Step::Pinned => return Ok(()),
                 Step::Load(w) => {
                     if self.load_one(i, w, pin, false, &mut Stopwatch::new(false))? {
-                        self.after_miss(i);
+                        if read_ahead {
+                            self.after_miss(i);
+                        }
                         return Ok(());
                     }
                 }

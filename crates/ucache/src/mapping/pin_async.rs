@@ -82,13 +82,17 @@ impl MappingCore {
         self.policy.on_miss(i);
         let t0 = Instant::now();
         self.room_async(&mut claim).await?;
-        let got = self
-            .object
-            .clone()
-            .read_owned(self.object_offset(i), self.bs)
-            .await;
-        claim.fill_from(got)?;
-        self.publish_miss(claim, pin, false, true, t0.elapsed());
+        // A readahead marker's bytes were read with its window, as in `load_one`.
+        let read = !self.install_kept(&mut claim, seen, false)?;
+        if read {
+            let got = self
+                .object
+                .clone()
+                .read_owned(self.object_offset(i), self.bs)
+                .await;
+            claim.fill_from(got)?;
+        }
+        self.publish_miss(claim, pin, false, read, t0.elapsed());
         Ok(true)
     }
 
