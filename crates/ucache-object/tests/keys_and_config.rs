@@ -231,7 +231,7 @@ fn a_chunked_prefix_with_a_trailing_slash_still_opens() {
             .map(
                 store.clone(),
                 &format!("{prefix}/"),
-                MapOptions::new().create(true).len(1 << 20),
+                MapOptions::new().writable(true).create(true).len(1 << 20),
             )
             .unwrap();
         m.pin_exclusive(0).unwrap()[..3].copy_from_slice(b"abc");

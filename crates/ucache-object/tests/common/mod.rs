@@ -190,10 +190,13 @@ impl Outage {
             .map(
                 Arc::new(Self::store(&server.endpoint)),
                 &prefix,
+                // No readahead: the outage tests decide which buffers are resident and dirty
+                // when the server goes away, and background loads would change that.
                 ucache::MapOptions::new()
                     .buffer_size(OUTAGE_BS)
                     .writable(true)
                     .create(true)
+                    .readahead(false)
                     .len(len * OUTAGE_BS as u64),
             )
             .unwrap();
