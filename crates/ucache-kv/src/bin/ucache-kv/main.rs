@@ -203,6 +203,22 @@ fn worker(a: WorkerArgs) {
     println!("RESULT {}", serde_json::to_string(&m).unwrap());
 }
 
+/// The arguments every measuring worker takes: its budget, threads, times and durability.
+pub fn run_args(memory: u64, threads: usize, seconds: f64, warmup: f64, mode: &str) -> Vec<String> {
+    vec![
+        "--memory".into(),
+        memory.to_string(),
+        "--threads".into(),
+        threads.to_string(),
+        "--seconds".into(),
+        seconds.to_string(),
+        "--warmup".into(),
+        warmup.to_string(),
+        "--durability".into(),
+        mode.to_string(),
+    ]
+}
+
 /// Runs one measurement cold: drops `files` from the page cache, then runs the worker `args`
 /// (a worker subcommand and its arguments) in a fresh memory cgroup of `limit` bytes when one
 /// can be made (`--cgroup` is appended), and removes the cgroup afterwards.
@@ -308,7 +324,7 @@ fn bench(a: BenchArgs) {
             bar.set_message(format!("rep {rep} {mode} {class} {w} {s}"));
             let si = SYSTEMS.iter().position(|x| x == s).unwrap();
             let d = dir_of(s);
-            let args: Vec<String> = vec![
+            let mut args: Vec<String> = vec![
                 "worker".into(),
                 "--system".into(),
                 s.to_string(),
@@ -316,19 +332,10 @@ fn bench(a: BenchArgs) {
                 d.to_string_lossy().into(),
                 "--keys".into(),
                 a.keys.to_string(),
-                "--memory".into(),
-                memory.to_string(),
                 "--workload".into(),
                 w.clone(),
-                "--threads".into(),
-                a.threads.to_string(),
-                "--seconds".into(),
-                a.seconds.to_string(),
-                "--warmup".into(),
-                a.warmup.to_string(),
-                "--durability".into(),
-                mode.clone(),
             ];
+            args.extend(run_args(*memory, a.threads, a.seconds, a.warmup, mode));
             if let Some(mut m) = run_cold::<Measurement>(&data_files(s, &d), memory + SLACK, args) {
                 m.size = class.to_string();
                 m.data_bytes = sizes[si];

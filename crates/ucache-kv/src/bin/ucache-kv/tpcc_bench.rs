@@ -310,18 +310,9 @@ pub fn bench(a: TpccArgs) {
                     bar.set_message(format!("rep {rep} {mode} {class} {s}"));
                     let d = dir_of(s);
                     let mut args = common(s);
-                    args.extend([
-                        "--memory".into(),
-                        memory.to_string(),
-                        "--threads".into(),
-                        a.threads.to_string(),
-                        "--seconds".into(),
-                        a.seconds.to_string(),
-                        "--warmup".into(),
-                        a.warmup.to_string(),
-                        "--durability".into(),
-                        mode.clone(),
-                    ]);
+                    args.extend(crate::run_args(
+                        memory, a.threads, a.seconds, a.warmup, mode,
+                    ));
                     if a.check && rep + 1 == a.reps {
                         args.push("--check".into());
                     }
