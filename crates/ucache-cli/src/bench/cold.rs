@@ -33,9 +33,9 @@ pub struct ColdArgs {
     /// Repetitions; each runs every system once, in turn.
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
-    /// Systems, comma-separated: std-fs (the baseline, always run), read:<store> (Mapping::read
-    /// in pieces), pin-each:<store> (pin_each over every buffer, depth 64), ensure-pins:<store>
-    /// (ensure_cached of a piece, then a pin of each of its buffers), pins:<store> (a plain
+    /// Systems, comma-separated: std-fs (the baseline, always run), read:STORE (Mapping::read
+    /// in pieces), pin-each:STORE (pin_each over every buffer, depth 64), ensure-pins:STORE
+    /// (ensure_cached of a piece, then a pin of each of its buffers), pins:STORE (a plain
     /// loop of pin_shared, relying on readahead); stores: file, direct, uring.
     #[arg(
         long,
