@@ -24,26 +24,36 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{OnceLock, Weak};
 use std::thread::Thread;
 
-use crate::cache::CacheCore;
-
 /// Once woken, the evictor frees this many times [`Evictor::low`] before it sleeps again, so
 /// that one wake-up (two context switches where the cores are busy) serves several batches:
 /// freeing one batch per wake-up cost 2–6% of explicit lookups on zram (docs/design.md).
 const AHEAD: u64 = 4;
+
+/// What the evictor's thread works on: the cache, seen only as a budget it can measure and
+/// free. A trait, so that this module, below the budget that owns the evictor, names neither
+/// the budget nor the mappings.
+pub(crate) trait EvictAhead: Send + Sync {
+    /// The evictor whose `kicked` and `low` the thread reads.
+    fn evictor(&self) -> &Evictor;
+    /// Whether fewer than `bytes` are free (as [`crate::budget::Budget::short_of`]).
+    fn short_of(&self, bytes: u64) -> bool;
+    /// One eviction round; the buffers whose budget it freed.
+    fn evict_ahead(&self) -> u64;
+}
 
 pub(crate) struct Evictor {
     /// Bytes to keep free: the largest batch of the cache's mappings; 0 while off.
     low: AtomicU64,
     kicked: AtomicBool,
     /// The cache this evictor serves; weak, so the thread does not keep it alive.
-    core: Weak<CacheCore>,
+    core: Weak<dyn EvictAhead>,
     /// The thread, started by the first [`Evictor::keep_free`]; `None` if it could not be
     /// (the evictor is then off).
     thread: OnceLock<Option<Thread>>,
 }
 
 impl Evictor {
-    pub(crate) fn new(core: Weak<CacheCore>) -> Self {
+    pub(crate) fn new(core: Weak<dyn EvictAhead>) -> Self {
         Evictor {
             low: AtomicU64::new(0),
             kicked: AtomicBool::new(false),
@@ -112,7 +122,7 @@ pub(crate) fn on_evictor_thread() -> bool {
     EVICTOR.with(Cell::get)
 }
 
-fn run(core: Weak<CacheCore>) {
+fn run(core: Weak<dyn EvictAhead>) {
     EVICTOR.with(|e| e.set(true));
     loop {
         std::thread::park();

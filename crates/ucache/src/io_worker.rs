@@ -13,17 +13,34 @@ use std::sync::{Arc, OnceLock};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::mapping::MappingCore;
+/// What a job runs on: a mapping, seen only through the three calls the IO threads make. A
+/// trait, so that this module (which the cache's shared core owns, below the mappings) does
+/// not name the mapping that submits to it.
+pub(crate) trait IoTarget: Send + Sync {
+    /// Reads and publishes the claims `next` yields, up to `depth` in flight, as one stream.
+    ///
+    /// # Safety
+    /// Each index `next` yields is a load claim of this mapping handed over as its index,
+    /// adopted here once.
+    unsafe fn load_stream(&self, depth: usize, next: &mut dyn FnMut() -> Option<u64>);
+    /// Reads and publishes the handed-over claims `indices` in one batch.
+    ///
+    /// # Safety
+    /// As [`IoTarget::load_stream`], for each of `indices`.
+    unsafe fn load_handed(&self, indices: &[u64]);
+    /// Writes the buffers whose write-back has begun; failures leave them dirty.
+    fn write_claimed(&self, indices: &[u64]);
+}
 
 pub(crate) enum Job {
     /// Buffers claimed `Evicted → Loading`, with budget reserved, to be read and published.
     Load {
-        mapping: Arc<MappingCore>,
+        mapping: Arc<dyn IoTarget>,
         indices: Vec<u64>,
     },
     /// Buffers whose write-back has begun (pinned, dirty cleared), to be written.
     Writeback {
-        mapping: Arc<MappingCore>,
+        mapping: Arc<dyn IoTarget>,
         indices: Vec<u64>,
     },
 }
@@ -128,7 +145,7 @@ fn run_alone(job: Job) {
     match job {
         Job::Load { mapping, indices } => {
             // SAFETY: as in `serve`.
-            let _ = unsafe { mapping.load_handed(&indices, None) };
+            unsafe { mapping.load_handed(&indices) };
         }
         Job::Writeback { mapping, indices } => {
             mapping.write_claimed(&indices);

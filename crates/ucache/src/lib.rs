@@ -13,6 +13,7 @@
 
 // Every module is private except the three families a user picks from (`error`, `policy`,
 // `store`); what else is public is re-exported below, one chosen list.
+mod budget;
 mod cache;
 pub mod error;
 mod evictor;
@@ -25,7 +26,9 @@ mod io_worker;
 mod mapping;
 pub mod policy;
 mod pool;
+mod reclaim;
 mod region;
+mod shared;
 mod sigbus;
 mod staging;
 mod state;

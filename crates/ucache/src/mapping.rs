@@ -31,13 +31,13 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::cache::CacheCore;
 use crate::error::{Bounds, Error, Result};
 use crate::fault::{FaultHandling, FaultHook};
 use crate::fault_thread::FaultThreads;
 use crate::policy::prefetch::{Prefetcher, ReadAhead, WithPrefetch};
 use crate::policy::{Clock, Guarded, Layout};
 use crate::region::Region;
+use crate::shared::CacheCore;
 use crate::sigbus::Registration;
 use crate::staging::with_staging;
 use crate::state::BufferState;
@@ -52,6 +52,7 @@ mod fault;
 mod handle;
 mod home;
 mod hooks;
+mod io_jobs;
 mod landing;
 mod lists;
 mod marker;
@@ -175,9 +176,9 @@ impl MappingCore {
             });
         }
         let chunk = crate::pool::FramePool::chunk_for(bs) as u64;
-        if pool && cache.budget_bytes() < chunk {
+        if pool && cache.budget.budget_bytes() < chunk {
             return Err(Error::BudgetTooSmall {
-                budget: cache.budget_bytes(),
+                budget: cache.budget.budget_bytes(),
                 batch: chunk,
             });
         }
@@ -260,7 +261,7 @@ impl MappingCore {
         let nbuf = len.div_ceil(bs as u64);
         let bytes = (nbuf * bs as u64) as usize;
         let home = if pool {
-            Home::pool(cache.pool_for(bs)?, nbuf)?
+            Home::pool(cache.budget.pool_for(bs)?, nbuf)?
         } else if o.transparent {
             if !cfg!(target_arch = "x86_64") {
                 return Err(Error::BadArgument(
@@ -280,7 +281,7 @@ impl MappingCore {
         let states = states.into_boxed_slice();
         let layout = Layout {
             buffers: nbuf,
-            capacity: (cache.budget_bytes() / bs as u64).max(1),
+            capacity: (cache.budget.budget_bytes() / bs as u64).max(1),
             buffer_size: bs,
         };
         let policy = Guarded::new(
@@ -303,25 +304,25 @@ impl MappingCore {
             ra.attach(layout);
             ra
         });
-        let budget_buffers = cache.budget_bytes() / bs as u64;
+        let budget_buffers = cache.budget.budget_bytes() / bs as u64;
         let slots = if o.transparent && o.track_access {
-            let want = AsidePool::slots_for(budget_buffers, nbuf, cache.batch_buffers(bs));
-            cache.claim_aside(want, bs)
+            let want = AsidePool::slots_for(budget_buffers, nbuf, cache.budget.batch_buffers(bs));
+            cache.budget.claim_aside(want, bs)
         } else {
             0
         };
         let aside = if slots > 0 {
             let pool = AsidePool::new(slots, bs, nbuf)
-                .and_then(|pool| cache.reserve(pool.bytes()).map(|()| pool));
+                .and_then(|pool| cache.budget.reserve(pool.bytes()).map(|()| pool));
             if pool.is_err() {
-                cache.release_aside(slots * bs as u64);
+                cache.budget.release_aside(slots * bs as u64);
             }
             Some(pool?)
         } else {
             None
         };
         let kept = if o.transparent && policy.has_prefetching() {
-            KeptMarkers::new(&cache, nbuf, bs)
+            KeptMarkers::new(&cache.budget, nbuf, bs)
         } else {
             None
         };
@@ -329,11 +330,11 @@ impl MappingCore {
             // Last, so a mapping refused above leaves the object as it was.
             if let Err(e) = obj.set_len(end) {
                 if let Some(pool) = &aside {
-                    cache.release(pool.bytes());
-                    cache.release_aside(pool.bytes());
+                    cache.budget.release(pool.bytes());
+                    cache.budget.release_aside(pool.bytes());
                 }
                 if let Some(k) = &kept {
-                    k.give_back(&cache);
+                    k.give_back(&cache.budget);
                 }
                 return Err(Error::io("grow", object, end, e));
             }
@@ -559,7 +560,7 @@ impl Drop for MappingCore {
             .saturating_sub(carried);
         self.give_back_resident(left);
         if let Some(pool) = &self.aside {
-            pool.give_back(&self.cache);
+            pool.give_back(&self.cache.budget);
         }
         self.give_back_kept();
     }

@@ -33,7 +33,7 @@ use parking_lot::Mutex;
 
 use super::claim::LoadClaim;
 use super::MappingCore;
-use crate::cache::CacheCore;
+use crate::budget::Budget;
 use crate::error::Result;
 use crate::policy::Buffers;
 use crate::region::Region;
@@ -87,16 +87,16 @@ impl AsidePool {
         })
     }
 
-    /// Gives the pool's budget back to `cache`, once, and its slots' pages to the kernel: at
+    /// Gives the pool's budget back to `budget`, once, and its slots' pages to the kernel: at
     /// unmap, since the mapping itself may outlive it (an eviction round on another thread may
     /// still hold it), and at drop otherwise.
-    pub(super) fn give_back(&self, cache: &CacheCore) {
+    pub(super) fn give_back(&self, budget: &Budget) {
         if self.given_back.swap(true, Ordering::AcqRel) {
             return;
         }
         let _ = self.slots.drop_ranges(&[(0, self.slots.len())]);
-        cache.release(self.bytes());
-        cache.release_aside(self.bytes());
+        budget.release(self.bytes());
+        budget.release_aside(self.bytes());
     }
 
     /// Buffers aside now (their budget carried by the pool).
@@ -265,7 +265,7 @@ impl MappingCore {
                     // The pool carries it before anyone can see it aside (and restore or evict
                     // it, which uncarries it).
                     pool.carried.fetch_add(1, Ordering::Relaxed);
-                    self.cache.release(self.bs as u64);
+                    self.cache.budget.release(self.bs as u64);
                     let _ = self.state(i).update(|w| Some(w.finish_aside()));
                     aside.push(i);
                 }
@@ -305,7 +305,7 @@ impl MappingCore {
         // Back in the mapping, the buffer needs budget of its own again. Without any, it is
         // evicted for good (it is clean: nothing is lost) and the fault fails as a miss would.
         sw.skip();
-        if let Err(e) = self.cache.reserve(self.bs as u64) {
+        if let Err(e) = self.cache.budget.reserve(self.bs as u64) {
             pool.release(i);
             pool.uncarry(1);
             self.policy.on_evict(i);

@@ -301,7 +301,7 @@ impl MappingCore {
         let mut distinct = indices.to_vec();
         distinct.sort_unstable();
         distinct.dedup();
-        if distinct.len() as u64 > self.cache.budget_bytes() >> self.shift {
+        if distinct.len() as u64 > self.cache.budget.budget_bytes() >> self.shift {
             return Err(Error::BadLength {
                 len: distinct.len() as u64 * self.bs as u64,
                 why: "more buffers to hold at once than the cache's budget",

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::MappingCore;
 use crate::error::{Error, Result};
 use crate::policy::Buffers;
+use crate::reclaim::Evictable;
 use crate::state::Phase;
 use crate::stats::Counter;
 
@@ -24,16 +25,32 @@ struct Victims {
     cancels: u64,
 }
 
-impl MappingCore {
+/// A mapping as the cache's eviction round sees it ([`crate::reclaim`]): the narrow interface
+/// through which the budget, which names no mapping, takes memory back.
+impl Evictable for MappingCore {
+    fn id(&self) -> u64 {
+        MappingCore::id(self)
+    }
+    fn resident(&self) -> u64 {
+        MappingCore::resident(self)
+    }
+    fn buffer_size(&self) -> usize {
+        MappingCore::buffer_size(self)
+    }
+    fn weight(&self) -> u32 {
+        MappingCore::weight(self)
+    }
     /// Asks the policy for up to `want` victims and evicts those that validate; if none do,
     /// the manager's own sweep picks the victims instead.
-    pub(crate) fn evict_some(&self, want: usize) -> u64 {
+    fn evict_some(&self, want: usize) -> u64 {
         match &self.aside {
             Some(q) => self.evict_some_tracked(q, want),
             None => self.evict_chosen(want),
         }
     }
+}
 
+impl MappingCore {
     /// Evicts the policy's choice now, without a second chance.
     pub(super) fn evict_chosen(&self, want: usize) -> u64 {
         let mut cands = Vec::with_capacity(want);
@@ -66,7 +83,7 @@ impl MappingCore {
     /// evicted buffers whose budget this freed (set-aside buffers had handed theirs to their
     /// pool already; a pool mapping's count the frames it gave back) and, if write-backs
     /// failed, their count and the first error: returned when `explicit`, else noted for the
-    /// `reserve` that ran this round ([`crate::cache::note_writeback_failure`]). A failure to
+    /// `reserve` that ran this round ([`crate::budget::note_writeback_failure`]). A failure to
     /// drop pages is returned either way.
     ///
     /// The steps, as vmcache's `evict()`: [claim](MappingCore::claim_victims), [write back
@@ -151,7 +168,7 @@ impl MappingCore {
             } else {
                 // A round on behalf of a load (or the background evictor): should the
                 // load run out of patience, this is why no memory could be freed.
-                crate::cache::note_writeback_failure(failed, first);
+                crate::budget::note_writeback_failure(failed, first);
             }
         }
         for i in std::mem::take(&mut v.dirty) {
@@ -237,12 +254,12 @@ impl MappingCore {
         // Out of the cache's list first, and refusing new calls: an address-based call
         // (`Cache::msync(addr)`) must not load buffers behind the passes. A plain load of a
         // transparent mapping is still served; the passes repeat until nothing is resident.
-        self.cache.remove_mapping(self.id);
+        self.cache.budget.mappings().remove(self.id);
         self.unmapped.store(true, Ordering::Release);
         let r = self.write_back_and_evict_all();
         if r.is_err() {
             self.unmapped.store(false, Ordering::Release);
-            self.cache.add_mapping(self.clone());
+            self.cache.budget.mappings().add(self.clone());
         }
         r
     }
@@ -281,7 +298,7 @@ impl MappingCore {
                     // Every buffer gone, so every slot is free and the pool carries none.
                     debug_assert_eq!(pool.carried(), 0, "set-aside buffers left uncounted");
                     debug_assert!(pool.all_free(), "a set-aside slot leaked");
-                    pool.give_back(&self.cache);
+                    pool.give_back(&self.cache.budget);
                 }
                 self.give_back_kept();
                 self.trim_home();

@@ -533,7 +533,7 @@ impl Drop for Mapping {
                  (call unmap() to handle this error)",
                 self.core.object.name()
             );
-            self.core.cache.remove_mapping(self.core.id);
+            self.core.cache.budget.mappings().remove(self.core.id);
         }
     }
 }

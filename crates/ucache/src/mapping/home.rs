@@ -96,9 +96,9 @@ impl MappingCore {
     /// Waits for memory if `wait`, else gives up at once (`Ok(false)`).
     pub(super) fn take_room(&self, i: u64, wait: bool) -> Result<bool> {
         let got = match &self.home {
-            Home::InPlace(_) if wait => self.cache.reserve(self.bs as u64).map(|()| true),
-            Home::InPlace(_) => Ok(self.cache.try_reserve(self.bs as u64)),
-            Home::Pool { pool, frames } => match self.cache.reserve_frame(pool, wait)? {
+            Home::InPlace(_) if wait => self.cache.budget.reserve(self.bs as u64).map(|()| true),
+            Home::InPlace(_) => Ok(self.cache.budget.try_reserve(self.bs as u64)),
+            Home::Pool { pool, frames } => match self.cache.budget.reserve_frame(pool, wait)? {
                 Some(f) => {
                     // Published to other threads by the CAS that publishes the load.
                     frames[i as usize].store(f, Ordering::Relaxed);
@@ -121,11 +121,11 @@ impl MappingCore {
                 if filled {
                     let _ = r.drop_ranges(&[((i << self.shift) as usize, self.bs)]);
                 }
-                self.cache.release(self.bs as u64);
+                self.cache.budget.release(self.bs as u64);
             }
             Home::Pool { pool, frames } => {
                 let f = frames[i as usize].load(Ordering::Relaxed);
-                self.cache.put_frames(pool, &[f]);
+                self.cache.budget.put_frames(pool, &[f]);
             }
         }
         self.resident.fetch_sub(1, Ordering::Relaxed);
@@ -235,7 +235,7 @@ impl MappingCore {
                     .iter()
                     .map(|&i| frames[i as usize].load(Ordering::Relaxed))
                     .collect();
-                self.cache.put_frames(pool, &fs);
+                self.cache.budget.put_frames(pool, &fs);
                 return None;
             }
             Home::InPlace(r) => r,
@@ -280,7 +280,7 @@ impl MappingCore {
     /// nothing, since their frames went back to the pool, which holds the budget in chunks.
     pub(super) fn release_evicted(&self, n: u64) {
         if !self.home.is_pool() && n > 0 {
-            self.cache.release(n * self.bs as u64);
+            self.cache.budget.release(n * self.bs as u64);
         }
     }
 
@@ -288,7 +288,7 @@ impl MappingCore {
     /// so a cache whose pool mappings are all gone holds none of the budget.
     pub(super) fn trim_home(&self) {
         if let Home::Pool { pool, .. } = &self.home {
-            self.cache.put_frames_trim(pool);
+            self.cache.budget.put_frames_trim(pool);
         }
     }
 
@@ -296,14 +296,14 @@ impl MappingCore {
     /// full release): `left` buffers' budget in place, their frames on a pool mapping.
     pub(super) fn give_back_resident(&self, left: u64) {
         match &self.home {
-            Home::InPlace(_) if left > 0 => self.cache.release(left * self.bs as u64),
+            Home::InPlace(_) if left > 0 => self.cache.budget.release(left * self.bs as u64),
             Home::InPlace(_) => {}
             Home::Pool { pool, frames } => {
                 let fs: Vec<u32> = (0..self.buffers())
                     .filter(|&i| self.state(i).load().phase() != crate::state::Phase::Evicted)
                     .map(|i| frames[i as usize].load(Ordering::Relaxed))
                     .collect();
-                self.cache.put_frames(pool, &fs);
+                self.cache.budget.put_frames(pool, &fs);
             }
         }
     }

@@ -166,8 +166,9 @@ impl MappingCore {
     pub(super) fn window_buffers(&self) -> usize {
         let room = self
             .cache
+            .budget
             .budget_bytes()
-            .saturating_sub(self.cache.evictor().ahead());
+            .saturating_sub(self.cache.budget.evictor().ahead());
         usize::try_from(room >> self.shift)
             .unwrap_or(usize::MAX)
             .max(1)

@@ -35,7 +35,7 @@ use parking_lot::Mutex;
 
 use super::claim::LoadClaim;
 use super::MappingCore;
-use crate::cache::CacheCore;
+use crate::budget::Budget;
 use crate::error::Result;
 use crate::region::Region;
 use crate::state::Word;
@@ -74,21 +74,21 @@ pub(super) struct KeptMarkers {
 
 impl KeptMarkers {
     /// A table for a mapping of `buffers` buffers of `bs` bytes, its slots reserved from
-    /// `cache`'s budget within the quarter that set-aside pools share
-    /// ([`CacheCore::claim_aside`]): slots held for good must not crowd out loads when many
+    /// `budget` within the quarter that set-aside pools share
+    /// ([`Budget::claim_aside`]): slots held for good must not crowd out loads when many
     /// mappings are made. `None` for a mapping too small for windows with markers to matter,
     /// or when the slots cannot be had.
-    pub(super) fn new(cache: &CacheCore, buffers: u64, bs: usize) -> Option<KeptMarkers> {
+    pub(super) fn new(budget: &Budget, buffers: u64, bs: usize) -> Option<KeptMarkers> {
         if buffers < 4 * SLOTS as u64 {
             return None;
         }
         let bytes = (SLOTS * bs) as u64;
-        let granted = cache.claim_aside(SLOTS as u64, bs);
+        let granted = budget.claim_aside(SLOTS as u64, bs);
         let had = granted == SLOTS as u64;
         let slots = Region::reserve(SLOTS * bs, 4096).ok();
-        let slots = slots.filter(|_| had && cache.reserve(bytes).is_ok());
+        let slots = slots.filter(|_| had && budget.reserve(bytes).is_ok());
         let Some(slots) = slots else {
-            cache.release_aside(granted * bs as u64);
+            budget.release_aside(granted * bs as u64);
             return None;
         };
         let free = Entry {
@@ -104,8 +104,8 @@ impl KeptMarkers {
         })
     }
 
-    /// Gives the slots' budget back to `cache`, once, and their pages to the kernel.
-    pub(super) fn give_back(&self, cache: &CacheCore) {
+    /// Gives the slots' budget back to `budget`, once, and their pages to the kernel.
+    pub(super) fn give_back(&self, budget: &Budget) {
         {
             let mut g = self.entries.lock();
             if self.given_back.swap(true, Ordering::AcqRel) {
@@ -114,8 +114,8 @@ impl KeptMarkers {
             g.0.iter_mut().for_each(|e| e.kept = Kept::Free);
         }
         let _ = self.slots.drop_ranges(&[(0, self.slots.len())]);
-        cache.release(self.slots.len() as u64);
-        cache.release_aside(self.slots.len() as u64);
+        budget.release(self.slots.len() as u64);
+        budget.release_aside(self.slots.len() as u64);
     }
 
     fn slot_addr(&self, k: usize) -> *mut u8 {
@@ -298,7 +298,7 @@ impl MappingCore {
     /// Gives the kept markers' budget back (unmap, drop).
     pub(super) fn give_back_kept(&self) {
         if let Some(kept) = &self.kept {
-            kept.give_back(&self.cache);
+            kept.give_back(&self.cache.budget);
         }
     }
 }

@@ -99,10 +99,10 @@ impl MappingCore {
     /// Takes room for `claim` without blocking while none is to be had: one eviction round
     /// per try, and a sleep between tries.
     async fn room_async(&self, claim: &mut LoadClaim<'_>) -> Result<()> {
-        let mut wait = crate::cache::RoomWait::default();
+        let mut wait = crate::budget::RoomWait::default();
         let mut pause = Duration::from_micros(50);
         while !claim.take_room(false)? {
-            self.cache.still_waiting(&mut wait)?;
+            self.cache.budget.still_waiting(&mut wait)?;
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(MAX_ROOM_PAUSE);
         }
@@ -113,7 +113,7 @@ impl MappingCore {
     /// error once every started load has finished.
     async fn ensure_cached_async(self: &Arc<Self>, indices: &[u64]) -> Result<()> {
         let v = self.distinct(indices)?;
-        if v.len() as u64 > self.cache.budget_bytes() >> self.shift {
+        if v.len() as u64 > self.cache.budget.budget_bytes() >> self.shift {
             return Err(Error::BadLength {
                 len: v.len() as u64 * self.bs as u64,
                 why: "more buffers to hold at once than the cache's budget",
