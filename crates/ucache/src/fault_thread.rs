@@ -4,7 +4,7 @@
 //! but the kernel cannot do that for its own accesses to user memory (`write(2)` from a
 //! mapping): those fail with `EFAULT`. Without `UFFD_FEATURE_SIGBUS` every fault, the kernel's
 //! included, blocks its thread and queues a message on the userfaultfd instead; these threads
-//! read the messages, serve each fault with the same protocol (`MappingCore::fault`), and wake
+//! read the messages, serve each fault with the same protocol ([`FaultTarget::serve`]), and wake
 //! the blocked thread. Several threads read the same descriptor, so one slow load does not hold
 //! up faults on other buffers; duplicate messages for one buffer are harmless, since only one
 //! thread can win its load.
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 use crate::error::Error;
-use crate::mapping::MappingCore;
+use crate::sigbus::FaultTarget;
 use crate::uffd::{self, Uffd};
 
 /// How long a handler thread waits for a fault before checking whether it should stop.
@@ -33,7 +33,7 @@ impl Drop for FaultThreads {
 /// Starts `n` handler threads for `core`, whose region starts at `base`. If one cannot be
 /// started, those already running are stopped.
 pub(crate) fn spawn(
-    core: &Arc<MappingCore>,
+    core: Weak<dyn FaultTarget>,
     u: Arc<Uffd>,
     base: usize,
     n: usize,
@@ -42,7 +42,7 @@ pub(crate) fn spawn(
         stop: Arc::new(AtomicBool::new(false)),
     };
     for k in 0..n.max(1) {
-        let (weak, u, stop) = (Arc::downgrade(core), u.clone(), threads.stop.clone());
+        let (weak, u, stop) = (core.clone(), u.clone(), threads.stop.clone());
         std::thread::Builder::new()
             .name(format!("ucache-fault-{k}"))
             .spawn(move || serve(weak, &u, base, &stop))?;
@@ -50,7 +50,7 @@ pub(crate) fn spawn(
     Ok(threads)
 }
 
-fn serve(weak: Weak<MappingCore>, u: &Uffd, base: usize, stop: &AtomicBool) {
+fn serve(weak: Weak<dyn FaultTarget>, u: &Uffd, base: usize, stop: &AtomicBool) {
     // The thread and buffer of the last write refused as read-only.
     let mut last_refused = None;
     while !stop.load(Ordering::Relaxed) {
@@ -71,27 +71,25 @@ fn serve(weak: Weak<MappingCore>, u: &Uffd, base: usize, stop: &AtomicBool) {
         let write = msg.flags & uffd::PAGEFAULT_FLAG_WRITE != 0;
         let bs = core.buffer_size();
         let start = (addr - base) & !(bs - 1);
-        if let Err(e) = core.fault(addr - base, write) {
-            if !core.fault_failed(addr, &e) {
-                if matches!(e, Error::ReadOnly) {
-                    // A write the kernel makes for the program (read(2) into the mapping)
-                    // never returns to user mode to take the signal below: it retries the
-                    // fault, which is refused again, for ever. So a second refused write by
-                    // the same thread into the same buffer takes write permission from the
-                    // buffer, and the kernel's next retry fails with EFAULT. (A store from
-                    // user mode faults twice too when its first SIGBUS went to a handler that
-                    // returned, such as std's, which resets SIGBUS to the default: it dies of
-                    // the second one before running the store again.)
-                    let this = (msg.ptid, start);
-                    if last_refused == Some(this) {
-                        let _ = core.deny_writes(start, bs);
-                    }
-                    last_refused = Some(this);
+        if let Err(e) = core.clone().serve(addr - base, addr, write) {
+            if matches!(e, Error::ReadOnly) {
+                // A write the kernel makes for the program (read(2) into the mapping)
+                // never returns to user mode to take the signal below: it retries the
+                // fault, which is refused again, for ever. So a second refused write by
+                // the same thread into the same buffer takes write permission from the
+                // buffer, and the kernel's next retry fails with EFAULT. (A store from
+                // user mode faults twice too when its first SIGBUS went to a handler that
+                // returned, such as std's, which resets SIGBUS to the default: it dies of
+                // the second one before running the store again.)
+                let this = (msg.ptid, start);
+                if last_refused == Some(this) {
+                    let _ = core.deny_writes(start, bs);
                 }
-                // As mmap would: SIGBUS to the thread that faulted. It is woken below, takes
-                // the signal on its way back to user mode, and dies of it unless it handles it.
-                send_sigbus(msg.ptid as libc::c_int);
+                last_refused = Some(this);
             }
+            // As mmap would: SIGBUS to the thread that faulted. It is woken below, takes
+            // the signal on its way back to user mode, and dies of it unless it handles it.
+            send_sigbus(msg.ptid as libc::c_int);
         }
         // A fault that found its buffer already served changed nothing that wakes the
         // faulting thread: wake the whole buffer explicitly.

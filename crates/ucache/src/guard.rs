@@ -15,17 +15,15 @@
 use std::ops::{Deref, DerefMut};
 
 use crate::held::{self, Hold};
-use crate::mapping::MappingCore;
 use crate::state::{BufferState, Word};
-
-fn state(m: &MappingCore, i: u64) -> &BufferState {
-    m.state_of(i)
-}
 
 /// A shared pin: the buffer stays cached, and unchanged by other pins, while this lives (on a
 /// transparent mapping plain stores are the program's to order: see the module docs).
+///
+/// It holds its buffer's state word, not the mapping: a guard is below the mapping that makes
+/// it, and unpinning is a change of that word alone.
 pub struct SharedGuard<'a> {
-    mapping: &'a MappingCore,
+    state: &'a BufferState,
     index: u64,
     ptr: *const u8,
     len: usize,
@@ -33,15 +31,16 @@ pub struct SharedGuard<'a> {
 
 impl<'a> SharedGuard<'a> {
     /// # Safety
-    /// The caller holds a shared pin on buffer `index`, and `ptr..ptr+len` is its memory.
+    /// The caller holds a shared pin on buffer `index`, whose word is `state`, and
+    /// `ptr..ptr+len` is its memory.
     pub(crate) unsafe fn new(
-        mapping: &'a MappingCore,
+        state: &'a BufferState,
         index: u64,
         ptr: *const u8,
         len: usize,
     ) -> Self {
         SharedGuard {
-            mapping,
+            state,
             index,
             ptr,
             len,
@@ -65,7 +64,7 @@ impl Deref for SharedGuard<'_> {
 
 impl Drop for SharedGuard<'_> {
     fn drop(&mut self) {
-        state(self.mapping, self.index).unpin_shared();
+        self.state.unpin_shared();
     }
 }
 
@@ -73,7 +72,9 @@ impl Drop for SharedGuard<'_> {
 /// transparent mapping plain loads and stores are the program's to order: see the module
 /// docs). Any mutable access marks the buffer dirty when the guard drops.
 pub struct ExclusiveGuard<'a> {
-    mapping: &'a MappingCore,
+    /// The mapping's address: who holds the pin in [`crate::held`]'s records.
+    owner: usize,
+    state: &'a BufferState,
     index: u64,
     ptr: *mut u8,
     len: usize,
@@ -82,18 +83,21 @@ pub struct ExclusiveGuard<'a> {
 
 impl<'a> ExclusiveGuard<'a> {
     /// # Safety
-    /// The caller holds the exclusive pin on buffer `index`, and `ptr..ptr+len` is its memory.
+    /// The caller holds the exclusive pin on buffer `index` of the mapping at `owner`, whose
+    /// word is `state`, and `ptr..ptr+len` is its memory.
     #[inline]
     pub(crate) unsafe fn new(
-        mapping: &'a MappingCore,
+        owner: usize,
+        state: &'a BufferState,
         index: u64,
         ptr: *mut u8,
         len: usize,
     ) -> Self {
-        held::hold(mapping.addr(), index, Hold::Exclusive);
+        held::hold(owner, index, Hold::Exclusive);
         after_exclusive_pin();
         ExclusiveGuard {
-            mapping,
+            owner,
+            state,
             index,
             ptr,
             len,
@@ -113,13 +117,14 @@ impl<'a> ExclusiveGuard<'a> {
     /// that began before see the change.
     pub fn downgrade(self) -> SharedGuard<'a> {
         let this = std::mem::ManuallyDrop::new(self);
-        held::release(this.mapping.addr(), this.index, Hold::Exclusive);
+        held::release(this.owner, this.index, Hold::Exclusive);
         let dirty = this.dirty;
-        let r =
-            state(this.mapping, this.index).update(|w| Some(Word(w.unpin_exclusive(dirty).0 + 1)));
+        let r = this
+            .state
+            .update(|w| Some(Word(w.unpin_exclusive(dirty).0 + 1)));
         debug_assert!(r.is_ok());
         // SAFETY: the CAS above left one shared pin on the buffer, ours from now on.
-        unsafe { SharedGuard::new(this.mapping, this.index, this.ptr, this.len) }
+        unsafe { SharedGuard::new(this.state, this.index, this.ptr, this.len) }
     }
 
     /// The buffer's address, for code that writes through raw pointers; call
@@ -148,9 +153,9 @@ impl DerefMut for ExclusiveGuard<'_> {
 impl Drop for ExclusiveGuard<'_> {
     #[inline]
     fn drop(&mut self) {
-        held::release(self.mapping.addr(), self.index, Hold::Exclusive);
+        held::release(self.owner, self.index, Hold::Exclusive);
         let dirty = self.dirty;
-        let r = state(self.mapping, self.index).update(|w| Some(w.unpin_exclusive(dirty)));
+        let r = self.state.update(|w| Some(w.unpin_exclusive(dirty)));
         debug_assert!(r.is_ok());
     }
 }

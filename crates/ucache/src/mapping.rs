@@ -380,15 +380,14 @@ impl MappingCore {
         match self.fault_handling {
             FaultHandling::OnFaultingThread => {
                 let len = self.home.region().map_or(0, Region::len);
-                let r = crate::sigbus::register(self, base, len)?;
+                let r = crate::sigbus::register(Arc::downgrade(self) as _, base, len)?;
                 let _ = self.registration.set(r);
             }
             FaultHandling::HandlerThreads(n) => {
-                let t = crate::fault_thread::spawn(self, u.clone(), base, n).map_err(|source| {
-                    Error::Os {
-                        call: "spawn ucache-fault thread",
-                        source,
-                    }
+                let t = crate::fault_thread::spawn(Arc::downgrade(self) as _, u.clone(), base, n)
+                    .map_err(|source| Error::Os {
+                    call: "spawn ucache-fault thread",
+                    source,
                 })?;
                 let _ = self.fault_threads.set(t);
             }
@@ -432,10 +431,6 @@ impl MappingCore {
     #[inline]
     fn state(&self, i: u64) -> &BufferState {
         &self.states[i as usize]
-    }
-    #[inline]
-    pub(crate) fn state_of(&self, i: u64) -> &BufferState {
-        self.state(i)
     }
     /// Bytes of buffer `i` that belong to the mapping (the last buffer may be partial).
     #[inline]

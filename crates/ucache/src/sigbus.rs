@@ -13,20 +13,39 @@
 //! lock the interrupted thread might hold. Each slot holds a `Weak` reference, so a mapping
 //! that is going away is never resurrected by a late fault, and a per-slot count of handlers
 //! inside it lets unregistration wait until no handler still reads the slot.
+//!
+//! The registry sees a mapping only as a [`FaultTarget`]: this module sits below the
+//! mappings that register with it and names none of them.
 
-use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Once, Weak};
 
 use crate::error::{Error, Result};
-use crate::mapping::MappingCore;
 
 const SLOTS: usize = 1024;
+
+/// A transparent mapping as its fault handlers see it (this module's, and the handler threads
+/// of [`crate::fault_thread`]).
+pub(crate) trait FaultTarget: Send + Sync {
+    /// Bytes per buffer.
+    fn buffer_size(&self) -> usize;
+    /// Serves a fault at byte `offset` of the mapping (address `addr`), a store if `write`,
+    /// as the access's own thread would: a miss is loaded, a first store marks its buffer
+    /// dirty. Where that fails, the mapping's fault hook may still say to retry (`Ok`); `Err`
+    /// is a fault to deliver as `SIGBUS`, with why.
+    fn serve(self: Arc<Self>, offset: usize, addr: usize, write: bool) -> Result<()>;
+    /// Takes write permission from the pages of `[start, start+len)` for good (see
+    /// `fault_thread::serve`).
+    fn deny_writes(&self, start: usize, len: usize) -> Result<()>;
+}
+
+/// What a slot names: the registered mapping, weak, boxed so that one thin pointer holds it.
+type Target = Weak<dyn FaultTarget>;
 
 struct Slot {
     start: AtomicUsize,
     end: AtomicUsize,
-    core: AtomicPtr<MappingCore>,
+    core: AtomicPtr<Target>,
     users: AtomicUsize,
 }
 
@@ -58,12 +77,13 @@ pub(crate) struct Registration {
 
 /// A slot claimed by a registration that is still writing its range: skipped by lookups.
 /// Never a real pointer (nothing is allocated at the first aligned address).
-const CLAIMED: *mut MappingCore = std::ptr::dangling_mut();
+const CLAIMED: *mut Target = std::ptr::dangling_mut();
 
 /// Makes faults in `[start, start+len)` go to `core`, installing the handler on first use.
-pub(crate) fn register(core: &Arc<MappingCore>, start: usize, len: usize) -> Result<Registration> {
+pub(crate) fn register(core: Target, start: usize, len: usize) -> Result<Registration> {
     install()?;
-    let weak = Weak::into_raw(Arc::downgrade(core)) as *mut MappingCore;
+    // Allocated here, never in the handler, which only borrows it.
+    let weak = Box::into_raw(Box::new(core));
     for (k, s) in REGISTRY.iter().enumerate() {
         // Claim the slot before writing its range: two registrations that wrote first and
         // claimed second could both write one slot, and one would publish the other's range.
@@ -83,8 +103,8 @@ pub(crate) fn register(core: &Arc<MappingCore>, start: usize, len: usize) -> Res
         s.core.store(weak, SeqCst);
         return Ok(Registration { slot: k });
     }
-    // SAFETY: `weak` came from Weak::into_raw above and was not published.
-    drop(unsafe { Weak::from_raw(weak) });
+    // SAFETY: `weak` came from Box::into_raw above and was not published.
+    drop(unsafe { Box::from_raw(weak) });
     Err(Error::BadArgument(format!(
         "more than {SLOTS} transparent mappings at once"
     )))
@@ -102,14 +122,14 @@ impl Drop for Registration {
         }
         s.core.store(std::ptr::null_mut(), SeqCst);
         if !p.is_null() && p != CLAIMED {
-            // SAFETY: p came from Weak::into_raw in `register` and is no longer published.
-            drop(unsafe { Weak::from_raw(p as *const MappingCore) });
+            // SAFETY: p came from Box::into_raw in `register` and is no longer published.
+            drop(unsafe { Box::from_raw(p) });
         }
     }
 }
 
 /// The live mapping whose registered range contains `addr`, and the range's start.
-fn lookup(addr: usize) -> Option<(Arc<MappingCore>, usize)> {
+fn lookup(addr: usize) -> Option<(Arc<dyn FaultTarget>, usize)> {
     for s in REGISTRY.iter() {
         let p = s.core.load(SeqCst);
         if p.is_null() || p == CLAIMED {
@@ -121,8 +141,8 @@ fn lookup(addr: usize) -> Option<(Arc<MappingCore>, usize)> {
         let live = !p.is_null() && p != CLAIMED;
         let found = if live && addr >= start && addr < s.end.load(SeqCst) {
             // SAFETY: while `users` is raised and the pointer is still published, the slot's
-            // weak reference is alive; we borrow it without taking it over.
-            let weak = ManuallyDrop::new(unsafe { Weak::from_raw(p as *const MappingCore) });
+            // box is alive (`Registration::drop` frees it only once `users` is 0); we borrow it.
+            let weak: &Target = unsafe { &*p };
             weak.upgrade().map(|c| (c, start))
         } else {
             None
@@ -202,13 +222,9 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
             let write = is_write(ctx);
             // A panic must not unwind into the interrupted frame.
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                core.fault(addr - start, write)
+                core.serve(addr - start, addr, write)
             }));
-            match r {
-                Ok(Ok(())) => true,
-                Ok(Err(e)) => core.fault_failed(addr, &e),
-                Err(_) => false,
-            }
+            matches!(r, Ok(Ok(())))
         }
         None => false,
     };

@@ -7,6 +7,7 @@ use super::MappingCore;
 use crate::error::{Error, Result};
 use crate::fault::FaultAction;
 use crate::held::Hold;
+use crate::sigbus::FaultTarget;
 use crate::state::{BufferState, Phase, Pin};
 use crate::stats::Counter;
 use crate::stopwatch::Stopwatch;
@@ -128,5 +129,21 @@ impl MappingCore {
             Some(h) => h(addr, e) == FaultAction::Retry,
             None => false,
         }
+    }
+}
+
+/// A transparent mapping as the `SIGBUS` handler and the handler threads see it.
+impl FaultTarget for MappingCore {
+    fn buffer_size(&self) -> usize {
+        self.bs
+    }
+    fn serve(self: Arc<Self>, offset: usize, addr: usize, write: bool) -> Result<()> {
+        match self.fault(offset, write) {
+            Err(e) if !self.fault_failed(addr, &e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+    fn deny_writes(&self, start: usize, len: usize) -> Result<()> {
+        MappingCore::deny_writes(self, start, len)
     }
 }

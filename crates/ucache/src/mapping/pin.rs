@@ -44,7 +44,7 @@ impl MappingCore {
         let s = self.slot(i)?;
         self.pin(s, i, Pin::Shared, read_ahead)?;
         // SAFETY: we hold a shared pin: the buffer is Cached and nobody writes it until unpin.
-        Ok(unsafe { SharedGuard::new(self, i, self.ptr(i), self.valid(i)) })
+        Ok(unsafe { SharedGuard::new(self.state(i), i, self.ptr(i), self.valid(i)) })
     }
 
     /// Pins buffer `i` shared if it is cached and free of an exclusive pin now; never waits
@@ -61,7 +61,7 @@ impl MappingCore {
         self.stats().add(Counter::Hits, 1);
         self.on_hit(i, w);
         // SAFETY: we hold a shared pin: the buffer is Cached and nobody writes it until unpin.
-        Some(unsafe { SharedGuard::new(self, i, self.ptr(i), self.valid(i)) })
+        Some(unsafe { SharedGuard::new(self.state(i), i, self.ptr(i), self.valid(i)) })
     }
 
     pub(crate) fn pin_exclusive(self: &Arc<Self>, i: u64) -> Result<ExclusiveGuard<'_>> {

@@ -193,7 +193,7 @@ impl Mapping {
         let m = &self.core;
         m.pin_async(index, Pin::Shared).await?;
         // SAFETY: we hold a shared pin: the buffer is Cached and nobody writes it until unpin.
-        Ok(unsafe { SharedGuard::new(m, index, m.ptr(index), m.valid(index)) })
+        Ok(unsafe { SharedGuard::new(m.state(index), index, m.ptr(index), m.valid(index)) })
     }
 
     /// [`Mapping::pin_exclusive`] for async code, as [`Mapping::pin_shared_async`].

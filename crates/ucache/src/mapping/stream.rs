@@ -235,7 +235,9 @@ impl MappingCore {
                         st.add(Counter::Misses, 1);
                         st.add(Counter::BytesRead, self.bs as u64);
                         // SAFETY: published with our shared pin, which the guard now owns.
-                        landed.push(unsafe { SharedGuard::new(self, i, dest, self.valid(i)) });
+                        landed.push(unsafe {
+                            SharedGuard::new(self.state(i), i, dest, self.valid(i))
+                        });
                     }
                     Err(e) => {
                         failed.borrow_mut().get_or_insert(e);

@@ -72,7 +72,7 @@ impl<'a> OptimisticRead<'a> {
         // SAFETY: we hold a shared pin on a cached buffer.
         Some(unsafe {
             SharedGuard::new(
-                self.mapping,
+                self.mapping.state(self.index),
                 self.index,
                 self.mapping.ptr(self.index),
                 self.mapping.valid(self.index),
@@ -101,7 +101,9 @@ impl MappingCore {
             self.open_for_holder(self.state(i), i)?;
         }
         // SAFETY: we hold the exclusive pin on buffer i.
-        Ok(unsafe { ExclusiveGuard::new(self, i, self.ptr(i), self.valid(i)) })
+        Ok(unsafe {
+            ExclusiveGuard::new(self.addr(), self.state(i), i, self.ptr(i), self.valid(i))
+        })
     }
 
     /// Begins an optimistic read of buffer `i`, loading it first if it is not cached (and
@@ -180,7 +182,9 @@ impl MappingCore {
                 claim.publish(Pin::Exclusive, false, true);
                 self.stats().add(Counter::Misses, 1);
                 // SAFETY: we hold the exclusive pin on buffer i (published with it).
-                return Ok(unsafe { ExclusiveGuard::new(self, i, self.ptr(i), self.valid(i)) });
+                return Ok(unsafe {
+                    ExclusiveGuard::new(self.addr(), self.state(i), i, self.ptr(i), self.valid(i))
+                });
             }
             if w.phase() == Phase::Aside && w.idle() {
                 // Its bytes wait in a slot: bring them back as any pin would, then zero.
