@@ -335,6 +335,21 @@ impl Cache {
         m.msync_range(off, len as u64)
     }
 
+    /// One eviction round of the background evictor (`crate::evictor`), if the budget is
+    /// short of `free` bytes; returns the buffers it freed. The round is the evictor's own
+    /// (`Budget::evict_ahead`); only the thread and its parking are left out. For the model
+    /// checker (tests/model.rs, `--features shuttle`); not an API.
+    #[cfg(feature = "shuttle")]
+    #[doc(hidden)]
+    pub fn model_evict_ahead(&self, free: u64) -> u64 {
+        let budget = &self.core.budget;
+        if budget.short_of(free) {
+            budget.evict_ahead()
+        } else {
+            0
+        }
+    }
+
     /// The in-place mapping whose range contains `[addr, addr+len)`, and the offset in it.
     fn find(&self, addr: *const u8, len: usize) -> Result<(Arc<MappingCore>, u64)> {
         let a = addr as usize;

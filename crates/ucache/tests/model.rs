@@ -433,7 +433,8 @@ fn background_eviction_rounds_race_writers_and_misses() {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     static FREED: AtomicU64 = AtomicU64::new(0);
     check(|| {
-        let (store, cache, m) = mapped(4, 2, MapOptions::new().writable(true));
+        // No readahead: its loads run on the IO worker, a thread shuttle does not control.
+        let (store, cache, m) = mapped(4, 2, MapOptions::new().writable(true).readahead(false));
         let writers: Vec<_> = (0..2u64)
             .map(|i| {
                 let m = m.clone();
@@ -499,12 +500,18 @@ fn unmap_racing_pins_and_evictions_strands_nothing() {
             .map(
                 Arc::new(store.clone()),
                 "a",
-                MapOptions::new().writable(true),
+                // No readahead: its loads run on the IO worker, a thread shuttle does not
+                // control.
+                MapOptions::new().writable(true).readahead(false),
             )
             .unwrap();
         let b = Arc::new(
             cache
-                .map(Arc::new(store.clone()), "b", MapOptions::new())
+                .map(
+                    Arc::new(store.clone()),
+                    "b",
+                    MapOptions::new().readahead(false),
+                )
                 .unwrap(),
         );
         a.pin_exclusive(0).unwrap()[1] = 0xEE;

@@ -5,12 +5,12 @@
 //!   scheduler must not run there): [`Mapping::model_fault`] serves it as the handler would, so
 //!   the model can interleave write-protect faults with pins, write-backs and evictions;
 //! - the background evictor, whose thread is an OS thread and is not started under the model:
-//!   [`crate::Cache::model_evict_ahead`] runs one of its eviction rounds.
+//!   [`crate::Cache::model_evict_ahead`] (in `cache.rs`, the façade above the mappings) runs
+//!   one of its eviction rounds.
 //!
 //! Hidden and compiled only with the `shuttle` feature; not an API.
 
 use crate::error::{Error, Result};
-use crate::Cache;
 
 use super::Mapping;
 
@@ -25,19 +25,5 @@ impl Mapping {
             ));
         }
         self.core.fault(offset, write)
-    }
-}
-
-impl Cache {
-    /// One eviction round of the background evictor (`crate::evictor`), if the budget is
-    /// short of `free` bytes; returns the buffers it freed. The round is the evictor's own
-    /// (`CacheCore::evict_ahead`); only the thread and its parking are left out.
-    #[doc(hidden)]
-    pub fn model_evict_ahead(&self, free: u64) -> u64 {
-        if self.core.short_of(free) {
-            self.core.evict_ahead()
-        } else {
-            0
-        }
     }
 }
