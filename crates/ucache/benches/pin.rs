@@ -1,6 +1,8 @@
 //! Hit-path costs: a shared pin + unpin of a cached buffer, an exclusive one (which also
 //! records the pin for [`ucache::Error::WouldDeadlock`]), an optimistic read, and random
-//! 8-byte lookups on a fully cached mapping against the same loop over a plain array.
+//! 8-byte lookups on a fully cached mapping against the same loop over a plain array; and the
+//! miss path: a pin that claims, reserves (evicting as the budget needs), copies 4 KiB from a
+//! memory store and publishes, in place and on a pool mapping.
 //! Run: `cargo bench -p ucache --bench pin`.
 
 use std::hint::black_box;
@@ -10,7 +12,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use ucache::store::MemoryStore;
-use ucache::{Cache, CacheOptions, MapOptions};
+use ucache::{Cache, CacheOptions, MapOptions, Placement};
 
 const BS: usize = 4096;
 const BUFFERS: usize = 16 * 1024; // 64 MiB, all cached
@@ -90,5 +92,40 @@ fn hits(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, hits);
+/// Buffers of the miss benchmarks' mapping, 16 times their budget.
+const MISS_BUFFERS: usize = 16 * 1024;
+
+/// Pins that all miss: a cyclic sweep of a mapping 16 times the budget, without readahead,
+/// so each pin pays its claim, reservation, share of an eviction round (the loader's own: the
+/// background evictor is off, so the round runs on this thread), a 4 KiB copy from a memory
+/// store, and the publish. What the CPU spends on a miss when the device costs nothing.
+fn misses(c: &mut Criterion) {
+    let store = MemoryStore::new();
+    store.insert("o", vec![7u8; MISS_BUFFERS * BS]);
+    let store = Arc::new(store);
+    let mut g = c.benchmark_group("miss");
+    g.throughput(Throughput::Elements(1));
+    for (name, placement) in [
+        ("pin_shared/in-place", Placement::InPlace),
+        ("pin_shared/pool", Placement::Pool),
+    ] {
+        let budget = (MISS_BUFFERS * BS / 16) as u64;
+        let cache = Cache::new(CacheOptions::new(budget).background_eviction(false)).unwrap();
+        let options = MapOptions::new().placement(placement).readahead(false);
+        let m = cache.map(store.clone(), "o", options).unwrap();
+        let mut i = 0u64;
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                i = (i + 1) % MISS_BUFFERS as u64;
+                let p = m.pin_shared(i).unwrap();
+                black_box(p[0]);
+            })
+        });
+        let s = cache.stats();
+        assert!(s.misses > s.hits, "the sweep misses: {s:?}");
+    }
+    g.finish();
+}
+
+criterion_group!(benches, hits, misses);
 criterion_main!(benches);
