@@ -179,7 +179,13 @@ pub fn run(args: &ColdArgs) -> Result<u64, String> {
         .file
         .clone()
         .unwrap_or_else(|| format!("/var/tmp/ucache-cold-{}.dat", format_size(args.data)).into());
-    datafile::ensure(&path, args.data, |_| {}).map_err(|e| e.to_string())?;
+    // Every argument is checked before the data file is written, so a typo costs nothing.
+    if args.reps == 0 {
+        return Err("--reps must be at least 1".into());
+    }
+    if args.data == 0 || args.memory == 0 {
+        return Err("--data and --memory must be more than 0 bytes".into());
+    }
     let mut systems = vec![(Via::StdFs, "file".to_string())];
     for s in &args.systems {
         let (via, store) = parse_system(s)?;
@@ -187,6 +193,7 @@ pub fn run(args: &ColdArgs) -> Result<u64, String> {
             systems.push((via, store.to_string()));
         }
     }
+    datafile::ensure(&path, args.data, |_| {}).map_err(|e| e.to_string())?;
     println!(
         "cold sequential read of {} ({}), ucache budget {}, pieces of {}, page cache dropped before each pass",
         format_size(args.data),
