@@ -41,9 +41,7 @@ pub enum Kind {
 }
 
 pub fn kind<P: PageBytes + ?Sized>(p: &P) -> Option<Kind> {
-    let mut b = [0; 1];
-    p.copy(KIND, &mut b);
-    match b[0] {
+    match p.u8_at(KIND) {
         1 => Some(Kind::Leaf),
         2 => Some(Kind::Inner),
         _ => None,
