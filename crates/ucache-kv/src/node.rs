@@ -386,7 +386,11 @@ mod tests {
             assert_eq!(search(&p[..], k), (i, true), "{k:?}");
             let mut past = k.clone();
             past.push(0);
-            assert_eq!(search(&p[..], &past).0, i + 1, "{past:?} sorts right after {k:?}");
+            assert_eq!(
+                search(&p[..], &past).0,
+                i + 1,
+                "{past:?} sorts right after {k:?}"
+            );
         }
     }
 
