@@ -78,7 +78,6 @@ pub fn run(args: &DemoArgs) -> Result<Outcome, String> {
         eviction_batch: None,
         no_background_eviction: false,
         no_pool_huge_pages: false,
-        no_uring_fixed_buffers: false,
         file: args.file.clone(),
         json: args.json.clone(),
         plot: args.plot.clone(),

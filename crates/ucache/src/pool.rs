@@ -32,7 +32,6 @@ use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::region::Region;
-use crate::store::fixed;
 
 /// Bytes per chunk (for buffers up to this size).
 pub(crate) const CHUNK: usize = 2 << 20;
@@ -63,9 +62,6 @@ pub(crate) struct FramePool {
     bs: usize,
     chunk: usize,
     per_chunk: u32,
-    /// The range announced to the io_uring store as registrable ([`crate::store::fixed`]):
-    /// declared before `region`, so it is withdrawn before the memory is unmapped.
-    _fixed: fixed::Announced,
     region: Region,
     free: Mutex<Free>,
     /// Bytes of live chunks (charged to the budget). Changed only under `free`'s lock, with
@@ -104,7 +100,6 @@ impl FramePool {
             bs,
             chunk,
             per_chunk: (chunk / bs) as u32,
-            _fixed: fixed::Announced::new(region.at(0), len),
             region,
             free: Mutex::new(Free {
                 lists: vec![Vec::new(); chunks],
@@ -251,9 +246,6 @@ impl FramePool {
             if !whole || fr.frames - (self.per_chunk as usize) < keep {
                 continue;
             }
-            // Before the pages go: rings that registered the chunk drop it before their next
-            // fixed read (`store::fixed`).
-            fixed::released();
             // SAFETY: every frame of the chunk is free, so no buffer lives there; its
             // addresses stay mapped (they read as zeros afterwards). Under the lock, so no
             // grower populates the chunk while its pages go.

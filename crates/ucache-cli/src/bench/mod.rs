@@ -96,10 +96,6 @@ pub struct BenchArgs {
     /// what huge pages buy.
     #[arg(long)]
     pub no_pool_huge_pages: bool,
-    /// --store uring: plain reads instead of registered buffers into pool frames
-    /// (`UringOptions::fixed_buffers(false)`), to measure what registration buys.
-    #[arg(long)]
-    pub no_uring_fixed_buffers: bool,
     /// Data file (default: `/var/tmp/ucache-bench-<data>.dat`). Must be on a real disk (not
     /// tmpfs); created or rewritten if missing, of the wrong size, or not holding the pattern.
     #[arg(long)]
@@ -422,7 +418,6 @@ pub fn run(args: &BenchArgs) -> Result<Outcome, String> {
         ),
         "background_eviction": !args.no_background_eviction,
         "pool_huge_pages": !args.no_pool_huge_pages,
-        "uring_fixed_buffers": !args.no_uring_fixed_buffers,
         "file": if s3_upload.is_some() { serde_json::Value::Null } else { json!(path) },
         "json": args.json,
         "plot": args.plot_path(),
@@ -653,9 +648,6 @@ fn run_worker(
     }
     if args.no_pool_huge_pages {
         cmd.arg("--no-pool-huge-pages");
-    }
-    if args.no_uring_fixed_buffers {
-        cmd.arg("--no-uring-fixed-buffers");
     }
     if let Some(e) = &args.endpoint {
         cmd.args(["--endpoint", e]);

@@ -54,8 +54,6 @@ pub struct WorkerArgs {
     pub no_background_eviction: bool,
     #[arg(long)]
     pub no_pool_huge_pages: bool,
-    #[arg(long)]
-    pub no_uring_fixed_buffers: bool,
     /// A cgroup directory to join before touching the data.
     #[arg(long)]
     pub cgroup: Option<PathBuf>,
@@ -442,7 +440,6 @@ pub fn run(args: &WorkerArgs) -> Result<RunResult, String> {
         eviction_batch: args.eviction_batch,
         background_eviction: !args.no_background_eviction,
         pool_huge_pages: !args.no_pool_huge_pages,
-        uring_fixed_buffers: !args.no_uring_fixed_buffers,
         policy: args.policy.clone(),
         tenant_weights: [
             args.tenant_weights.first().copied().unwrap_or(1),
@@ -652,7 +649,6 @@ mod warm_tests {
             eviction_batch: None,
             no_background_eviction: false,
             no_pool_huge_pages: false,
-            no_uring_fixed_buffers: false,
             cgroup: Some(cgroup),
             record: None,
             policy: None,

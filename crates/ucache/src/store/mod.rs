@@ -29,7 +29,6 @@ use crate::error::Result;
 mod contained;
 mod fault;
 mod file;
-pub(crate) mod fixed;
 mod io_pool;
 mod memory;
 #[cfg(feature = "tokio")]

@@ -24,16 +24,8 @@ use std::time::Duration;
 use io_uring::{opcode, types, EnterFlags, IoUring};
 
 use super::file::FileObject;
-use super::fixed;
 use super::{IoBuf, Object, OpenOptions, Store};
 use crate::error::{Error, Result};
-
-/// Whether [`UringOptions::fixed_buffers`] is on by default.
-const FIXED_BY_DEFAULT: bool = true;
-
-/// Registered-buffer slots per ring: 2 MiB each, so 2 GiB of pool; a ring that needs more
-/// drops its table and starts over.
-const FIXED_SLOTS: u32 = 1024;
 
 /// How long an SQPOLL kernel thread keeps polling an idle ring before it sleeps.
 const SQPOLL_IDLE_MS: u32 = 1000;
@@ -58,11 +50,6 @@ pub struct UringOptions {
     pub iopoll: bool,
     /// Open files `O_DIRECT`, bypassing the kernel page cache (see [`super::FileStore::direct`]).
     pub direct: bool,
-    /// Reads into (and writes from) a pool mapping's frames use registered buffers
-    /// (`IORING_OP_READ_FIXED`): each thread's ring registers the pool's 2 MiB chunks once, so
-    /// a request skips pinning its pages. Other memory, and rings that cannot register (a
-    /// locked-memory limit), use plain requests.
-    pub fixed_buffers: bool,
 }
 
 impl Default for UringOptions {
@@ -72,7 +59,6 @@ impl Default for UringOptions {
             sqpoll: false,
             iopoll: false,
             direct: true,
-            fixed_buffers: FIXED_BY_DEFAULT,
         }
     }
 }
@@ -136,7 +122,7 @@ impl UringStore {
     }
 
     fn ensure_ring(&self) -> Result<()> {
-        with_ring(self.options.ring_key(), |_, _| ((), false)).map_err(|source| Error::Os {
+        with_ring(self.options.ring_key(), |_| ((), false)).map_err(|source| Error::Os {
             call: match (self.options.sqpoll, self.options.iopoll) {
                 (false, false) => "io_uring_setup",
                 (true, false) => "io_uring_setup (SQPOLL)",
@@ -201,10 +187,9 @@ impl UringObject {
             fd: self.file.as_raw_fd(),
             op,
             iopoll: self.options.iopoll,
-            fixed: self.options.fixed_buffers,
         };
-        if with_ring(self.options.ring_key(), |ring, table| {
-            ((), ctx.run(ring, table, depth, next, done))
+        if with_ring(self.options.ring_key(), |ring| {
+            ((), ctx.run(ring, depth, next, done))
         })
         .is_err()
         {
@@ -292,34 +277,29 @@ struct RingKey {
 }
 
 thread_local! {
-    static RINGS: RefCell<Vec<(RingKey, IoUring, FixedTable)>> = const { RefCell::new(Vec::new()) };
+    static RINGS: RefCell<Vec<(RingKey, IoUring)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on this thread's ring for `key`, creating the ring on first use. `f` returns its
 /// result and whether the ring is broken; a broken ring is dropped, which also discards any
 /// entries still queued in it, and the next call builds a fresh one.
-fn with_ring<R>(
-    key: RingKey,
-    f: impl FnOnce(&mut IoUring, &mut FixedTable) -> (R, bool),
-) -> io::Result<R> {
+fn with_ring<R>(key: RingKey, f: impl FnOnce(&mut IoUring) -> (R, bool)) -> io::Result<R> {
     RINGS
         .try_with(|rings| {
             // A callback of a stream on this thread (a prefetch's claim evicting a dirty
             // buffer) may need a ring while ours is busy: it gets a ring of its own.
-            // (It registers no buffers: a ring for one call would pay more than it saves.)
             let Ok(mut rings) = rings.try_borrow_mut() else {
                 let mut ring = build_ring(key)?;
-                return Ok(f(&mut ring, &mut FixedTable::refused()).0);
+                return Ok(f(&mut ring).0);
             };
-            let at = match rings.iter().position(|(k, _, _)| *k == key) {
+            let at = match rings.iter().position(|(k, _)| *k == key) {
                 Some(at) => at,
                 None => {
-                    rings.push((key, build_ring(key)?, FixedTable::new()));
+                    rings.push((key, build_ring(key)?));
                     rings.len() - 1
                 }
             };
-            let (_, ring, table) = &mut rings[at];
-            let (result, broken) = f(ring, table);
+            let (result, broken) = f(&mut rings[at].1);
             if broken {
                 rings.swap_remove(at);
             }
@@ -339,125 +319,6 @@ fn build_ring(key: RingKey) -> io::Result<IoUring> {
     builder.build(key.entries)
 }
 
-/// One ring's registered buffers: which announced 2 MiB chunks ([`fixed`]) it has pinned, in
-/// which slots, as of which epoch.
-struct FixedTable {
-    state: FixedState,
-    /// The epoch the registrations were made at: if announced memory has lost pages since,
-    /// they may hold pages that are gone.
-    epoch: u64,
-    /// Chunk start → slot.
-    slots: std::collections::HashMap<usize, u16>,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum FixedState {
-    /// No sparse table yet (made on the first fixed request).
-    Unregistered,
-    Ready,
-    /// The kernel refused (a locked-memory limit, an old kernel): plain requests only.
-    Refused,
-}
-
-impl FixedTable {
-    fn new() -> FixedTable {
-        FixedTable {
-            state: FixedState::Unregistered,
-            epoch: 0,
-            slots: std::collections::HashMap::new(),
-        }
-    }
-
-    fn refused() -> FixedTable {
-        FixedTable {
-            state: FixedState::Refused,
-            ..FixedTable::new()
-        }
-    }
-
-    /// The registered buffer holding `ptr..ptr+len`, registering its chunk on first use;
-    /// `None` for memory that is not announced, or if the ring cannot register.
-    fn index(&mut self, sub: &io_uring::Submitter<'_>, ptr: *mut u8, len: usize) -> Option<u16> {
-        if self.state == FixedState::Refused {
-            return None;
-        }
-        let (chunk, start, bytes) = fixed::chunk_of(ptr, len)?;
-        if self.state == FixedState::Unregistered {
-            if refuse_fixed() || sub.register_buffers_sparse(FIXED_SLOTS).is_err() {
-                self.state = FixedState::Refused;
-                return None;
-            }
-            self.state = FixedState::Ready;
-        }
-        // The destination is a claimed frame: its chunk is live, and stays so while the
-        // request is in flight. If any announced memory lost pages since our registrations
-        // were made (its `released` came first), they may hold stale pages: start over.
-        let now = fixed::epoch();
-        if now != self.epoch || self.slots.len() == FIXED_SLOTS as usize {
-            self.clear(sub);
-            self.epoch = now;
-        }
-        if let Some(&k) = self.slots.get(&chunk) {
-            fixed::count_fixed();
-            return Some(k);
-        }
-        let k = self.slots.len() as u16;
-        let iov = libc::iovec {
-            iov_base: start as *mut libc::c_void,
-            iov_len: bytes,
-        };
-        // SAFETY: `start..start+bytes` is announced memory, mapped for the life of the
-        // announcement, which is withdrawn (bumping the epoch, so this table is cleared before
-        // its next use) before the memory is unmapped. The kernel pins the pages; the epoch
-        // check above keeps a registration from outliving them.
-        match unsafe { sub.register_buffers_update(k as u32, &[iov], None) } {
-            Ok(_) => {
-                self.slots.insert(chunk, k);
-                fixed::count_fixed();
-                Some(k)
-            }
-            Err(_) => {
-                self.clear(sub);
-                self.state = FixedState::Refused;
-                None
-            }
-        }
-    }
-
-    /// Unregisters every slot in use (requests in flight keep what they use until they end).
-    fn clear(&mut self, sub: &io_uring::Submitter<'_>) {
-        if self.slots.is_empty() {
-            return;
-        }
-        let empty = vec![
-            libc::iovec {
-                iov_base: std::ptr::null_mut(),
-                iov_len: 0,
-            };
-            self.slots.len()
-        ];
-        // SAFETY: empty entries register nothing; they drop the pins of the slots in use.
-        if unsafe { sub.register_buffers_update(0, &empty, None) }.is_err() {
-            // Stale slots we cannot drop must never be used again.
-            self.state = FixedState::Refused;
-        }
-        self.slots.clear();
-    }
-}
-
-#[cfg(test)]
-thread_local! {
-    /// (Tests.) This thread's rings refuse to register buffers, as a locked-memory limit would.
-    static REFUSE_FIXED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-fn refuse_fixed() -> bool {
-    #[cfg(test)]
-    return REFUSE_FIXED.with(|r| r.get());
-    #[cfg(not(test))]
-    false
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
     Read,
@@ -470,8 +331,6 @@ struct Stream<'a> {
     fd: RawFd,
     op: Op,
     iopoll: bool,
-    /// Use registered buffers where the memory allows ([`UringOptions::fixed_buffers`]).
-    fixed: bool,
 }
 
 /// A request taken from the caller: its tag, its memory, and the bytes transferred so far.
@@ -491,7 +350,6 @@ impl Stream<'_> {
     fn run<'a>(
         &self,
         ring: &mut IoUring,
-        table: &mut FixedTable,
         depth: usize,
         next: &mut dyn FnMut() -> Option<(usize, IoBuf<'a>)>,
         done: &mut dyn FnMut(usize, IoBuf<'a>, io::Result<usize>),
@@ -544,17 +402,7 @@ impl Stream<'_> {
                     queue.pop_front();
                     continue;
                 };
-                let buf = if self.fixed {
-                    let rest = slot.req.len() - slot.done;
-                    table.index(
-                        &flight.ring.submitter(),
-                        slot.req.ptr().wrapping_add(slot.done),
-                        rest,
-                    )
-                } else {
-                    None
-                };
-                let entry = self.entry(k, slot, buf);
+                let entry = self.entry(k, slot);
                 // SAFETY: the entry points into the slot's request, which the `IoBuf` contract
                 // keeps valid and untouched by anyone else until it is handed back to `done`,
                 // and that happens only once its last entry is reaped; `flight` makes sure we
@@ -615,24 +463,17 @@ impl Stream<'_> {
         broken.is_some()
     }
 
-    /// The submission entry for the rest of the request in slot `k`; `buf`: the registered
-    /// buffer that holds its memory.
-    fn entry(&self, k: usize, slot: &Slot, buf: Option<u16>) -> io_uring::squeue::Entry {
+    /// The submission entry for the rest of the request in slot `k`.
+    fn entry(&self, k: usize, slot: &Slot) -> io_uring::squeue::Entry {
         let req = &slot.req;
         // `done < req.len()`, so the pointer stays inside the request's memory.
         let ptr = req.ptr().wrapping_add(slot.done);
         let len = (req.len() - slot.done).min(MAX_RW) as u32;
         let offset = req.offset() + slot.done as u64;
         let fd = types::Fd(self.fd);
-        let entry = match (self.op, buf) {
-            (Op::Read, None) => opcode::Read::new(fd, ptr, len).offset(offset).build(),
-            (Op::Write, None) => opcode::Write::new(fd, ptr, len).offset(offset).build(),
-            (Op::Read, Some(b)) => opcode::ReadFixed::new(fd, ptr, len, b)
-                .offset(offset)
-                .build(),
-            (Op::Write, Some(b)) => opcode::WriteFixed::new(fd, ptr, len, b)
-                .offset(offset)
-                .build(),
+        let entry = match self.op {
+            Op::Read => opcode::Read::new(fd, ptr, len).offset(offset).build(),
+            Op::Write => opcode::Write::new(fd, ptr, len).offset(offset).build(),
         };
         entry.user_data(k as u64)
     }
@@ -1143,7 +984,7 @@ mod tests {
         // Point this thread's ring descriptor at /dev/null: io_uring_enter then fails with
         // EOPNOTSUPP, an error no retry cures.
         let devnull = std::fs::File::open("/dev/null").unwrap();
-        with_ring(options.ring_key(), |ring, _| {
+        with_ring(options.ring_key(), |ring| {
             // SAFETY: replaces a descriptor the ring owns; its mappings stay valid.
             assert!(unsafe { libc::dup2(devnull.as_raw_fd(), ring.as_raw_fd()) } >= 0);
             ((), false)
@@ -1191,87 +1032,5 @@ mod tests {
                 });
             }
         });
-    }
-
-    /// Reads into announced memory (a pool's) go through registered buffers, and land in the
-    /// memory's current pages even after some were given back and faulted in afresh (a
-    /// registration kept past that would read into the old pages, unseen). A ring that cannot
-    /// register reads the same bytes with plain requests.
-    #[test]
-    fn fixed_buffers_read_into_announced_memory_and_follow_released_pages() {
-        use crate::region::Region;
-        let options = UringOptions {
-            direct: false,
-            fixed_buffers: true,
-            ..UringOptions::default()
-        };
-        let Some(s) = store(options) else { return };
-        let dir = scratch();
-        let path = dir.path().join("fixed");
-        let len = 3 << 20;
-        let data: Vec<u8> = (0..len).map(pattern).collect();
-        std::fs::write(&path, &data).unwrap();
-        let o = s.open_file(&path, OpenOptions::read_only()).unwrap();
-        let region = Region::reserve(4 << 20, fixed::CHUNK).unwrap();
-        let base = region.at(0);
-        // SAFETY: the region is ours, mapped read-write, 4 MiB.
-        unsafe { std::ptr::write_bytes(base, 0xEE, 4 << 20) };
-        let announced = fixed::Announced::new(base, 4 << 20);
-        let piece = 128 << 10;
-        let read_all = |o: &UringObject| {
-            let mut reqs: Vec<IoBuf> = (0..len / piece)
-                // SAFETY: disjoint pieces of the region, untouched while the batch runs.
-                .map(|k| unsafe { IoBuf::new(base.add(k * piece), piece, (k * piece) as u64) })
-                .collect();
-            let mut out = Vec::new();
-            o.read_batch(&mut reqs, &mut out);
-            assert!(
-                out.iter().all(|r| matches!(r, Ok(n) if *n == piece)),
-                "{out:?}"
-            );
-            // SAFETY: the batch has returned; nobody else writes the region.
-            let got = unsafe { std::slice::from_raw_parts(base, len) };
-            let bad = got.iter().zip(&data).position(|(a, b)| a != b);
-            assert_eq!(bad, None, "first wrong byte");
-            // SAFETY: as above.
-            unsafe { std::ptr::write_bytes(base, 0xEE, len) };
-        };
-        let before = fixed::fixed_requests();
-        read_all(&o);
-        assert_eq!(fixed::fixed_requests() - before, (len / piece) as u64);
-        // A pool gives its first chunk back and faults fresh pages in later.
-        fixed::released();
-        // SAFETY: the first 2 MiB of our region; nothing reads them meanwhile.
-        assert_eq!(
-            unsafe { libc::madvise(base.cast(), fixed::CHUNK, libc::MADV_DONTNEED) },
-            0
-        );
-        // SAFETY: as above.
-        unsafe { std::ptr::write_bytes(base, 0xEE, fixed::CHUNK) };
-        read_all(&o);
-        assert_eq!(fixed::fixed_requests() - before, 2 * (len / piece) as u64);
-
-        // A ring that cannot register (here: a ring of another size, made while refusing).
-        REFUSE_FIXED.with(|r| r.set(true));
-        let refused = store(UringOptions {
-            entries: 64,
-            ..options
-        })
-        .unwrap();
-        let o2 = refused.open_file(&path, OpenOptions::read_only()).unwrap();
-        let before = fixed::fixed_requests();
-        read_all(&o2);
-        assert_eq!(fixed::fixed_requests(), before);
-        REFUSE_FIXED.with(|r| r.set(false));
-        // Switched off, or into memory nobody announced: plain requests.
-        let off = store(UringOptions {
-            fixed_buffers: false,
-            ..options
-        })
-        .unwrap();
-        read_all(&off.open_file(&path, OpenOptions::read_only()).unwrap());
-        drop(announced);
-        read_all(&o);
-        assert_eq!(fixed::fixed_requests(), before);
     }
 }

@@ -257,8 +257,6 @@ pub struct Params {
     pub background_eviction: bool,
     /// ucache-pool systems: `CacheOptions::pool_huge_pages`.
     pub pool_huge_pages: bool,
-    /// --store uring: `UringOptions::fixed_buffers`.
-    pub uring_fixed_buffers: bool,
     /// ucache systems: the policy spec of the row ([`SystemRow`]); `None` for the default.
     pub policy: Option<String>,
     /// `tenants`: [`::ucache::MapOptions::weight`] of tenant A and tenant B.

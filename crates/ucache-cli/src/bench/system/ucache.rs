@@ -78,11 +78,8 @@ impl Ucache {
         let store: Arc<dyn Store> = match &p.store {
             StoreKind::File => Arc::new(FileStore::direct()),
             StoreKind::Uring => Arc::new(
-                UringStore::new(UringOptions {
-                    fixed_buffers: p.uring_fixed_buffers,
-                    ..UringOptions::default()
-                })
-                .map_err(|e| format!("UringStore::new: {e}"))?,
+                UringStore::new(UringOptions::default())
+                    .map_err(|e| format!("UringStore::new: {e}"))?,
             ),
             // Enough GETs in flight for every thread's whole batch at once.
             StoreKind::S3(url) => Arc::new(
