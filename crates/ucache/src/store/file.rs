@@ -5,9 +5,10 @@
 //!
 //! Batches and streams (`ensure_cached`, `prefetch`, `pin_each`, `Mapping::read`, readahead)
 //! are not read one buffer at a time: adjacent requests become one `preadv` (of up to 1 MiB
-//! with `O_DIRECT`, where the runs of one call are read by up to four threads at once; of up
-//! to 32 MiB through the page cache, whose own readahead overlaps the device requests of a
-//! sequential run), so the device sees several requests in flight (counted in [`crate::StatsSnapshot::store_reads`] and
+//! with `O_DIRECT`, where the runs of one call are read by up to four of the store's IO
+//! threads at once; of up to 32 MiB through the page cache, whose own readahead overlaps the
+//! device requests of a sequential run), so the device sees several requests in flight
+//! (counted in [`crate::StatsSnapshot::store_reads`] and
 //! `store_reads_overlapped`). [`super::UringStore`] keeps deeper queues from one thread
 //! without the threads; pick it where io_uring is available and the device is fast (NVMe),
 //! and this store for portability (any kernel, seccomp sandboxes, file systems io_uring
@@ -35,7 +36,7 @@ use crate::error::{Error, Result};
 /// Opens files by path, buffered or `O_DIRECT`.
 ///
 /// The store owns the IO threads that its objects' batches and streams read on (up to four,
-/// started on the first call that has reads to overlap, and kept; see [`IoPool`]). Clones
+/// started on the first call that has reads to overlap, and kept). Clones
 /// share them; they stop once the store and every object it opened are dropped.
 #[derive(Clone, Debug)]
 pub struct FileStore {
@@ -336,9 +337,9 @@ const MAX_RUN_BYTES_DIRECT: usize = 1 << 20;
 /// one `preadv` per 1 MiB batch).
 const MAX_RUN_BYTES_BUFFERED: usize = 32 << 20;
 
-/// Most threads one batch or stream reads with (the calling thread among them for a batch).
-/// A few suffice to keep an SSD's queue or the page cache's readahead busy; io_uring
-/// ([`super::UringStore`]) keeps deeper queues from one thread.
+/// IO threads a store keeps (a batch's calling thread reads beside them). A few suffice to
+/// keep an SSD's queue or the page cache's readahead busy; io_uring ([`super::UringStore`])
+/// keeps deeper queues from one thread.
 const IO_THREADS: usize = 4;
 
 /// How many requests from the start of `reqs` form one run: each continues the one before in
