@@ -636,6 +636,39 @@ mod tests {
         assert!(pool.upgrade().is_none());
     }
 
+    /// Eight callers share one store's four threads at once, batches and streams mixed: each
+    /// gets its own bytes, every one of them, and the store starts no more threads.
+    #[test]
+    fn concurrent_callers_share_the_io_threads() {
+        let dir = scratch();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..256 * 4096).map(pattern).collect();
+        std::fs::write(&path, &data).unwrap();
+        for store in [FileStore::new(), FileStore::direct()] {
+            if store.is_direct() && !dir.direct_ok() {
+                continue;
+            }
+            let o = store.open_file(&path, OpenOptions::read_only()).unwrap();
+            std::thread::scope(|s| {
+                for t in 0..8u64 {
+                    let (o, data) = (&o, &data);
+                    s.spawn(move || {
+                        for round in 0..10u64 {
+                            // A different pattern of runs per caller and round.
+                            let gap = 2 + (t + round) % 5;
+                            let offs: Vec<u64> = (0..256u64)
+                                .filter(|k| (k + t) % gap != 0)
+                                .map(|k| k * 4096)
+                                .collect();
+                            read_runs_and_check(o, data, &offs);
+                        }
+                    });
+                }
+            });
+            assert!(store.io.started() <= IO_THREADS, "{}", store.io.started());
+        }
+    }
+
     /// A system that refuses every thread still gets every byte read, on the calling thread.
     #[test]
     fn refused_io_threads_read_inline() {
