@@ -252,3 +252,52 @@ fn a_budget_the_process_cannot_live_in_is_reported_as_such() {
     assert!(!out.status.success(), "{text}");
     assert!(text.contains("OOM killer"), "{text}");
 }
+
+/// `ucache coldread` refuses unknown systems and stores, zero repetitions and empty sizes
+/// before it writes its data file or needs root, and names what was wrong.
+#[test]
+fn coldread_refuses_bad_arguments_before_writing_its_data_file() {
+    let d = dir();
+    let file = d.path().join("cold.dat");
+    for (extra, says) in [
+        (
+            &["--data", "1MiB", "--systems", "scan:file"][..],
+            "unknown system 'scan'",
+        ),
+        (
+            &["--data", "1MiB", "--systems", "read:s3"][..],
+            "unknown store 's3'",
+        ),
+        (
+            &["--data", "1MiB", "--reps", "0"][..],
+            "--reps must be at least 1",
+        ),
+        (
+            &["--data", "1MiB", "--memory", "0"][..],
+            "more than 0 bytes",
+        ),
+        (&["--data", "0"][..], "more than 0 bytes"),
+    ] {
+        let out = ucache()
+            .arg("coldread")
+            .arg("--file")
+            .arg(&file)
+            .args(extra)
+            .env("RUST_BACKTRACE", "0")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ucache");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} was accepted");
+        assert!(err.contains(says), "{extra:?}: stderr was {err}");
+        assert!(!err.contains("panicked"), "{extra:?}: {err}");
+        assert!(!file.exists(), "{extra:?} wrote the data file first");
+    }
+    let out = ucache()
+        .args(["coldread", "--data", "not-a-size"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run ucache");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--data"));
+}

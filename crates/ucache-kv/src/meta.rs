@@ -12,7 +12,11 @@
 
 use crate::page::PageBytes;
 
-pub const MAGIC: u64 = 0x7563_6b76_2d30_3031; // "uckv-001"
+/// "uckv-002": format 2, whose node slots carry key heads (`node`). A format-1 file
+/// ([`MAGIC_V1`]) is refused with a typed error, not misread.
+pub const MAGIC: u64 = 0x7563_6b76_2d30_3032;
+/// "uckv-001": format 1, 8-byte slots without key heads.
+pub const MAGIC_V1: u64 = 0x7563_6b76_2d30_3031;
 const MAGIC_AT: usize = 8;
 const PAGE_SIZE: usize = 16;
 const ROOT: usize = 24;

@@ -60,6 +60,12 @@ pub fn inspect(store: &Arc<dyn Store>, name: &str, page_size: usize) -> Result<D
     if first.iter().all(|&b| b == 0) {
         return Ok(DataState::New);
     }
+    if meta::magic(first) == meta::MAGIC_V1 {
+        return Err(KvError::Corrupt(format!(
+            "{name} is a ucache-kv data file of format 1 (nodes without key heads); this \
+             version reads format 2 only: load the data into a new store"
+        )));
+    }
     if meta::magic(first) != meta::MAGIC {
         return Err(KvError::Corrupt(format!(
             "{name} is not a ucache-kv data file"

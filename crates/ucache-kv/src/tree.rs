@@ -3,9 +3,13 @@
 //! Reads (get and scans) pin nothing: each node is read through an optimistic view, the child
 //! it names is begun, and only then is the parent validated (its version unchanged), so the
 //! child is known to be the one the parent named at a moment when both were consistent. A
-//! failed validation restarts from the meta page. A read-only descent writes no shared memory
-//! (no pin counts, no latches), as in vmcache. A node that is not cached is loaded by a pin
-//! that is dropped at once.
+//! failed validation restarts from the meta page. A read-only descent takes no pin counts
+//! and no latches, as in vmcache; its only shared-memory write is a node's referenced bit,
+//! set when the cache's CLOCK hand has cleared it (once per lap, not once per read), as
+//! vmcache's reads clear an eviction mark. Without it CLOCK saw no accesses from reads, and
+//! evicted hot nodes, the root and inner levels among them, in FIFO order
+//! (docs/results/2026-11-26-kv-lookups). A node that is not cached is loaded by a pin that is
+//! dropped at once.
 //!
 //! Scans ([`Cursor`]) go leaf by leaf, each leaf found by a fresh descent that also yields the
 //! leaf's fences (the parent keys around it): a forward scan continues at the leaf's upper

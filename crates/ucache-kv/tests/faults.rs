@@ -97,6 +97,30 @@ fn a_truncated_or_missing_data_file_is_refused() {
     check(&kv, 1500, 1600, 3);
 }
 
+/// A data file of the previous format (8-byte slots, no key heads) is refused with a typed
+/// error naming the format, and left as it was; it is not read as format 2.
+#[test]
+fn a_data_file_of_the_old_format_is_refused() {
+    let store = memory_store();
+    let o = options(store.clone(), 4096, 16);
+    let kv = Kv::open(o.clone()).unwrap();
+    fill(&kv, 0, 300, 1);
+    kv.close().unwrap();
+    let mut data = store.get("data").unwrap();
+    assert_eq!(data[8..16], ucache_kv::meta::MAGIC.to_le_bytes());
+    data[8..16].copy_from_slice(&ucache_kv::meta::MAGIC_V1.to_le_bytes());
+    store.insert("data", data.clone());
+    assert!(matches!(Kv::open(o.clone()), Err(KvError::Corrupt(m)) if m.contains("format 1")));
+    assert_eq!(
+        store.get("data").unwrap(),
+        data,
+        "the refusal changed nothing"
+    );
+    data[8..16].copy_from_slice(&ucache_kv::meta::MAGIC.to_le_bytes());
+    store.insert("data", data);
+    check(&Kv::open(o).unwrap(), 0, 300, 1);
+}
+
 /// Commits more after a checkpoint and crashes, so the log holds batches.
 fn fill_after_checkpoint_then_crash(store: &Arc<MemoryStore>, o: &ucache_kv::KvOptions) {
     let kv = Kv::open(o.clone()).unwrap();

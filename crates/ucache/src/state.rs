@@ -362,6 +362,20 @@ impl BufferState {
         }
     }
 
+    /// Sets the referenced bit of a cached buffer seen as `seen`, if it is clear: the one
+    /// shared-memory write of an optimistic read, made only when a CLOCK-like sweep cleared the
+    /// bit since the buffer's last access (as vmcache's optimistic latch clears an eviction
+    /// mark). Without it a workload that only reads optimistically never references anything,
+    /// and CLOCK degrades to FIFO: hot pages, a B+tree's inner nodes among them, are evicted
+    /// in turn with cold ones. One try: if the word moved meanwhile, someone else accessed or
+    /// changed the buffer, and a lost bit costs at most one more lap of the hand.
+    #[inline]
+    pub(crate) fn touch_if_unreferenced(&self, seen: Word) {
+        if let Some(t) = seen.touch() {
+            let _ = self.cas(seen, t);
+        }
+    }
+
     /// Applies `f` until it refuses (returns `None`) or the CAS succeeds.
     #[inline]
     pub(crate) fn update(&self, mut f: impl FnMut(Word) -> Option<Word>) -> Result<Word, Word> {

@@ -12,9 +12,16 @@ use ucache::{Cache, CacheOptions, MapOptions};
 const BS: usize = 4096;
 const ITERATIONS: usize = 3000;
 
+/// Every mapping of the model reads nothing ahead: readahead loads run on the IO worker, a real
+/// thread shuttle does not control, which would then touch shuttle's primitives outside the
+/// schedule (shuttle aborts the process when that happens).
+fn model_options() -> MapOptions {
+    MapOptions::new().readahead(false)
+}
+
 /// A cache that holds one buffer at a time, over `n` buffers whose first byte is their index.
 fn setup(n: usize) -> (MemoryStore, Cache, Arc<ucache::Mapping>) {
-    mapped(n, 1, MapOptions::new().writable(true))
+    mapped(n, 1, model_options().writable(true))
 }
 
 /// A cache of `budget` buffers evicting one at a time, and a mapping with `options` of `n`
@@ -166,11 +173,7 @@ fn set_aside_restore_and_evict_race_safely() {
     static RESTORED: AtomicU64 = AtomicU64::new(0);
     const N: u64 = 9;
     check(|| {
-        // No readahead: its loads run on the IO worker, a thread shuttle does not control.
-        let options = MapOptions::new()
-            .transparent(true)
-            .track_access(true)
-            .readahead(false);
+        let options = model_options().transparent(true).track_access(true);
         let (_, cache, m) = mapped(N as usize, 8, options);
         for i in 0..N {
             drop(m.pin_shared(i).unwrap());
@@ -251,7 +254,7 @@ fn setup_faulty(
     let config = faults.config().clone();
     let cache = Cache::new(CacheOptions::new(BS as u64).batch(1)).unwrap();
     let m = cache
-        .map(Arc::new(faults), "o", MapOptions::new().writable(true))
+        .map(Arc::new(faults), "o", model_options().writable(true))
         .unwrap();
     (store, config, cache, Arc::new(m))
 }
@@ -378,11 +381,7 @@ fn write_protect_faults_racing_a_clean_exclusive_unpin_and_eviction_lose_no_stor
     static WRITE_FAULTS: AtomicU64 = AtomicU64::new(0);
     static MISSES_WHILE_STORING: AtomicU64 = AtomicU64::new(0);
     check(|| {
-        // No readahead: its loads run on the IO worker, a thread shuttle does not control.
-        let options = MapOptions::new()
-            .transparent(true)
-            .writable(true)
-            .readahead(false);
+        let options = model_options().transparent(true).writable(true);
         let (store, cache, m) = mapped(3, 2, options);
         // Resident and clean, so the first store takes a write-protect fault.
         drop(m.pin_shared(0).unwrap());
@@ -433,8 +432,7 @@ fn background_eviction_rounds_race_writers_and_misses() {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     static FREED: AtomicU64 = AtomicU64::new(0);
     check(|| {
-        // No readahead: its loads run on the IO worker, a thread shuttle does not control.
-        let (store, cache, m) = mapped(4, 2, MapOptions::new().writable(true).readahead(false));
+        let (store, cache, m) = mapped(4, 2, model_options().writable(true));
         let writers: Vec<_> = (0..2u64)
             .map(|i| {
                 let m = m.clone();
@@ -497,21 +495,11 @@ fn unmap_racing_pins_and_evictions_strands_nothing() {
         store.insert("b", (0..2 * BS).map(|i| 10 + (i / BS) as u8).collect());
         let cache = Cache::new(CacheOptions::new(2 * BS as u64).batch(1)).unwrap();
         let a = cache
-            .map(
-                Arc::new(store.clone()),
-                "a",
-                // No readahead: its loads run on the IO worker, a thread shuttle does not
-                // control.
-                MapOptions::new().writable(true).readahead(false),
-            )
+            .map(Arc::new(store.clone()), "a", model_options().writable(true))
             .unwrap();
         let b = Arc::new(
             cache
-                .map(
-                    Arc::new(store.clone()),
-                    "b",
-                    MapOptions::new().readahead(false),
-                )
+                .map(Arc::new(store.clone()), "b", model_options())
                 .unwrap(),
         );
         a.pin_exclusive(0).unwrap()[1] = 0xEE;
@@ -576,7 +564,7 @@ fn pool_frame_reuse_races_optimistic_readers_pins_and_eviction() {
         let store = MemoryStore::new();
         store.insert("o", data.to_vec());
         let cache = Cache::new(CacheOptions::new(PB as u64).batch(1)).unwrap();
-        let opts = MapOptions::new()
+        let opts = model_options()
             .buffer_size(PB)
             .placement(ucache::Placement::Pool);
         let m = Arc::new(cache.map(Arc::new(store), "o", opts).unwrap());

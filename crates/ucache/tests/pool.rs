@@ -248,3 +248,51 @@ fn optimistic_readers_never_validate_a_reused_frame() {
         assert!(cache.stats().evictions > 0);
     });
 }
+
+/// A pool hands out a fresh chunk's frames in order, so adjacent misses usually land in
+/// adjacent frames: `pin_each` and a prefetch then read such a run as one request, as they do
+/// in place, instead of one request per buffer. Every byte is still the buffer's own.
+#[test]
+fn adjacent_misses_in_adjacent_frames_are_read_as_runs() {
+    let buffers = 2 * CHUNK / BS as u64;
+    let data = offsets(buffers, BS);
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    for (name, store, object) in stores(dir.path(), &data) {
+        let cache = Cache::new(CacheOptions::new(4 * CHUNK)).unwrap();
+        let m = cache.map(store, &object, pool().readahead(false)).unwrap();
+        let half = buffers / 2;
+        let mut seen = 0;
+        m.pin_each(0..half, 16, |i, b| {
+            for k in 0..BS / 8 {
+                assert_eq!(word(b, k), i * BS as u64 + k as u64 * 8, "{name}: {i}");
+            }
+            seen += 1;
+        })
+        .unwrap();
+        assert_eq!(seen, half);
+        let streamed = m.stats().store_reads;
+        // One request per buffer would be `half` of them; runs of up to 128 KiB make 16.
+        assert!(
+            streamed > 0 && streamed <= half / 8,
+            "{name}: {streamed} reads for {half} buffers"
+        );
+        m.prefetch(half * BS as u64, half * BS as u64).unwrap();
+        until(
+            "the prefetch to land",
+            || (half..buffers).all(|i| m.is_resident(i).unwrap()),
+            || m.stats(),
+        );
+        let prefetched = m.stats().store_reads - streamed;
+        assert!(
+            prefetched > 0 && prefetched <= half / 8,
+            "{name}: {prefetched} reads for {half} buffers"
+        );
+        for i in 0..buffers {
+            let g = m.pin_shared(i).unwrap();
+            for k in (0..BS / 8).step_by(61) {
+                assert_eq!(word(&g, k), i * BS as u64 + k as u64 * 8, "{name}: {i}");
+            }
+        }
+        m.unmap().unwrap();
+    }
+}

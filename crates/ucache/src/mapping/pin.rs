@@ -307,6 +307,7 @@ impl MappingCore {
                 if v.phase() == Phase::Cached && !v.exclusive() && v.version() == w.version() {
                     if !loaded {
                         self.stats().add(Counter::Hits, 1);
+                        s.touch_if_unreferenced(v);
                     }
                     if v.prefetched() && s.take_prefetched() {
                         self.stats().add(Counter::PrefetchUsed, 1);

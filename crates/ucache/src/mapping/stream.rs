@@ -7,6 +7,7 @@
 
 use std::any::Any;
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
@@ -87,18 +88,16 @@ impl MappingCore {
         let me = self.addr();
         // Reads in flight, and an index whose claim waits for memory those reads will free.
         let in_flight = std::cell::Cell::new(0usize);
-        // When each read in flight was issued, for the miss-latency histogram.
-        let issued: RefCell<Vec<(u64, Instant)>> = RefCell::new(Vec::with_capacity(depth));
+        // When each buffer in flight was claimed, for the miss-latency histogram. A map: up to
+        // `depth` runs of many buffers each are in flight, and a list searched for every
+        // landed buffer cost a quadratic scan per stream step (10% of a cold `pin_each`).
+        let issued: RefCell<HashMap<u64, Instant>> = RefCell::new(HashMap::with_capacity(depth));
         let mut retry: Option<u64> = None;
         // An index taken from `indices` to extend a run, but left for the next pull.
         let mut peeked: Option<u64> = None;
-        // Adjacent misses travel as one read of up to RUN_BYTES: their homes are adjacent too
-        // (but not a pool mapping's frames).
-        let run_max = if self.home.is_pool() {
-            1
-        } else {
-            (RUN_BYTES / self.bs).max(1)
-        };
+        // Adjacent misses travel as one read of up to RUN_BYTES where their memory is adjacent
+        // too (always in place; for a pool mapping, where its frames are).
+        let run_max = (RUN_BYTES / self.bs).max(1);
         // What to do with index `i`; `retried`: its miss was told to the policy already;
         // `may_wait`: no claim of this stream is outstanding, so it may wait for memory.
         let step = |i: u64, retried: bool, may_wait: bool| -> Result<Step<'_>> {
@@ -135,74 +134,100 @@ impl MappingCore {
         // from `f` would wait on this thread, so it is marked held; the claim itself travels
         // with the read and is adopted when it lands.
         let adopt_later = |i: u64, t0: Instant, c: LoadClaim<'_>| {
-            issued.borrow_mut().push((i, t0));
+            issued.borrow_mut().insert(i, t0);
             held::hold(me, i, Hold::Streaming);
             c.into_raw();
         };
+        // A claim, handed to the stream, that could not extend the run before it (a pool frame
+        // not adjacent to the run's last): it starts the next read.
+        let mut carried: Option<u64> = None;
         let mut pull = || -> Option<IoBuf> {
             while failed.borrow().is_none() && panicked.borrow().is_none() {
-                // A retried index already told the policy of its miss.
-                let retried = retry.take();
-                let i = match retried.or_else(|| peeked.take()) {
-                    Some(i) => i,
-                    None => indices.next()?,
-                };
-                match step(i, retried.is_some(), in_flight.get() == 0) {
-                    Ok(Step::Claimed(t0, mut c)) => {
-                        let dest = c.dest();
-                        adopt_later(i, t0, c);
-                        let mut n = 1;
-                        // Extend the run with the next indices while they are adjacent misses
-                        // that can be claimed with room at once.
-                        while n < run_max {
-                            let Some(j) = indices.next() else { break };
-                            let fresh = j == i + n as u64
-                                && self.slot(j).is_ok_and(|s| {
-                                    let w = s.load();
-                                    w.phase() == Phase::Evicted && w.idle()
-                                });
-                            if !fresh {
-                                peeked = Some(j);
-                                break;
+                let (i, dest) = match carried.take() {
+                    Some(i) => (i, self.ptr(i)),
+                    None => {
+                        // A retried index already told the policy of its miss.
+                        let retried = retry.take();
+                        let i = match retried.or_else(|| peeked.take()) {
+                            Some(i) => i,
+                            None => indices.next()?,
+                        };
+                        match step(i, retried.is_some(), in_flight.get() == 0) {
+                            Ok(Step::Claimed(t0, mut c)) => {
+                                let dest = c.dest();
+                                adopt_later(i, t0, c);
+                                (i, dest)
                             }
-                            match step(j, false, false) {
-                                Ok(Step::Claimed(t0, c)) => {
-                                    adopt_later(j, t0, c);
-                                    n += 1;
-                                }
-                                Ok(Step::Visited) => break,
-                                Ok(Step::Later) => {
-                                    later.push(j);
-                                    break;
-                                }
-                                Ok(Step::NoRoom) => {
-                                    retry = Some(j);
-                                    break;
-                                }
-                                Err(e) => {
-                                    failed.borrow_mut().get_or_insert(e);
-                                    break;
-                                }
+                            Ok(Step::Visited) => continue,
+                            Ok(Step::Later) => {
+                                later.push(i);
+                                continue;
+                            }
+                            Ok(Step::NoRoom) => {
+                                retry = Some(i);
+                                return None;
+                            }
+                            Err(e) => {
+                                failed.borrow_mut().get_or_insert(e);
+                                continue;
                             }
                         }
-                        self.count_store_read(in_flight.get());
-                        in_flight.set(in_flight.get() + 1);
-                        // SAFETY: buffers i..i+n are Loading and ours until the store hands
-                        // the read back, and adjacent in the region.
-                        return Some(unsafe {
-                            IoBuf::new(dest, n * self.bs, self.object_offset(i))
+                    }
+                };
+                let mut n = 1;
+                // Extend the run with the next indices while they are adjacent misses that
+                // can be claimed with room at once, and whose memory follows the run's (always
+                // in place; in a pool, when the frames handed out happen to be adjacent, as
+                // frames of a fresh chunk are).
+                while n < run_max {
+                    let Some(j) = indices.next() else { break };
+                    let fresh = j == i + n as u64
+                        && self.slot(j).is_ok_and(|s| {
+                            let w = s.load();
+                            w.phase() == Phase::Evicted && w.idle()
                         });
+                    if !fresh {
+                        peeked = Some(j);
+                        break;
                     }
-                    Ok(Step::Visited) => {}
-                    Ok(Step::Later) => later.push(i),
-                    Ok(Step::NoRoom) => {
-                        retry = Some(i);
-                        return None;
-                    }
-                    Err(e) => {
-                        failed.borrow_mut().get_or_insert(e);
+                    match step(j, false, false) {
+                        Ok(Step::Claimed(t0, mut c)) => {
+                            let adjacent = c.dest() == dest.wrapping_add(n * self.bs);
+                            adopt_later(j, t0, c);
+                            if !adjacent {
+                                carried = Some(j);
+                                break;
+                            }
+                            n += 1;
+                        }
+                        Ok(Step::Visited) => break,
+                        Ok(Step::Later) => {
+                            later.push(j);
+                            break;
+                        }
+                        Ok(Step::NoRoom) => {
+                            retry = Some(j);
+                            break;
+                        }
+                        Err(e) => {
+                            failed.borrow_mut().get_or_insert(e);
+                            break;
+                        }
                     }
                 }
+                self.count_store_read(in_flight.get());
+                in_flight.set(in_flight.get() + 1);
+                // SAFETY: buffers i..i+n are Loading and ours until the store hands the read
+                // back, and their memory is adjacent (checked above).
+                return Some(unsafe { IoBuf::new(dest, n * self.bs, self.object_offset(i)) });
+            }
+            // A claim carried past a failure is undone: nothing was read into it.
+            if let Some(i) = carried.take() {
+                held::release(me, i, Hold::Streaming);
+                issued.borrow_mut().remove(&i);
+                // SAFETY: handed to the stream by `adopt_later` and never read; adopted once.
+                let mut c = unsafe { LoadClaim::adopt(self, i) };
+                c.mark_unfilled();
             }
             None
         };
@@ -216,12 +241,7 @@ impl MappingCore {
             for k in 0..req.len() / self.bs {
                 let i = first + k as u64;
                 held::release(me, i, Hold::Streaming);
-                let since = {
-                    let mut v = issued.borrow_mut();
-                    v.iter()
-                        .position(|&(j, _)| j == i)
-                        .map(|k| v.swap_remove(k).1)
-                };
+                let since = issued.borrow_mut().remove(&i);
                 // SAFETY: the claim of i was handed to this read in `pull`; adopted once, here.
                 let claim = unsafe { LoadClaim::adopt(self, i) };
                 // SAFETY: inside the run's memory.
@@ -310,11 +330,7 @@ impl MappingCore {
         stage: Option<*mut u8>,
         next: &mut dyn FnMut() -> Option<u64>,
     ) -> Option<Option<u64>> {
-        let run_max = if self.home.is_pool() {
-            1
-        } else {
-            (STREAM_RUN_BYTES / self.bs).clamp(1, depth)
-        };
+        let run_max = (STREAM_RUN_BYTES / self.bs).clamp(1, depth);
         let slot_bytes = run_max * self.bs;
         let free = RefCell::new((0..depth / run_max).rev().collect::<Vec<usize>>());
         let outstanding = std::cell::Cell::new(0usize);
@@ -336,7 +352,15 @@ impl MappingCore {
             let mut n = 1;
             while n < run_max {
                 match next() {
-                    Some(j) if j == first + n as u64 => n += 1,
+                    // Read straight into memory (no staging), a run needs its buffers'
+                    // memory adjacent: always in place; in a pool, where the frames are.
+                    Some(j)
+                        if j == first + n as u64
+                            && (stage.is_some()
+                                || self.ptr(j) == self.ptr(first).wrapping_add(n * self.bs)) =>
+                    {
+                        n += 1
+                    }
                     Some(j) => {
                         peeked = Some(j);
                         break;
@@ -350,7 +374,7 @@ impl MappingCore {
                     // SAFETY: slot k of the staging area, which holds depth / run_max of them.
                     unsafe { p.add(k * slot_bytes) }
                 }
-                // A pool mapping's frames are not adjacent: one buffer per read.
+                // In place, or a pool mapping's adjacent frames (checked above).
                 _ => self.ptr(first),
             };
             self.count_store_read(outstanding.get());

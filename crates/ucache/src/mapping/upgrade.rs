@@ -22,8 +22,10 @@ use crate::stats::Counter;
 /// and [`OptimisticRead::upgrade_exclusive`] turn the read into a pin if they do.
 ///
 /// Chained reads (lock coupling): read the parent, find the child, begin the child's read,
-/// then validate the parent; only then is the child known to be the right one. Nothing is
-/// written to shared memory by a read that is never upgraded.
+/// then validate the parent; only then is the child known to be the right one. A read that
+/// is never upgraded writes shared memory only to set the buffer's referenced bit when it is
+/// clear (once per lap of a CLOCK-like policy's hand, not once per read; see
+/// `BufferState::touch_if_unreferenced`): no pin count, no latch.
 pub struct OptimisticRead<'a> {
     mapping: &'a MappingCore,
     index: u64,
@@ -114,6 +116,7 @@ impl MappingCore {
             let w = s.load();
             if w.phase() == Phase::Cached && !w.exclusive() {
                 self.stats().add(Counter::Hits, 1);
+                s.touch_if_unreferenced(w);
                 return Ok(OptimisticRead {
                     mapping: self,
                     index: i,

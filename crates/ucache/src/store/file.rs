@@ -5,9 +5,10 @@
 //!
 //! Batches and streams (`ensure_cached`, `prefetch`, `pin_each`, `Mapping::read`, readahead)
 //! are not read one buffer at a time: adjacent requests become one `preadv` (of up to 1 MiB
-//! with `O_DIRECT`, where the runs of one call are read by up to four threads at once; of up
-//! to 32 MiB through the page cache, whose own readahead overlaps the device requests of a
-//! sequential run), so the device sees several requests in flight (counted in [`crate::StatsSnapshot::store_reads`] and
+//! with `O_DIRECT`, where the runs of one call are read by up to four of the store's IO
+//! threads at once; of up to 32 MiB through the page cache, whose own readahead overlaps the
+//! device requests of a sequential run), so the device sees several requests in flight
+//! (counted in [`crate::StatsSnapshot::store_reads`] and
 //! `store_reads_overlapped`). [`super::UringStore`] keeps deeper queues from one thread
 //! without the threads; pick it where io_uring is available and the device is fast (NVMe),
 //! and this store for portability (any kernel, seccomp sandboxes, file systems io_uring
@@ -28,20 +29,35 @@ use std::os::unix::io::{AsRawFd, RawFd};
 use std::path::Path;
 use std::sync::Arc;
 
+use super::io_pool::{IoPool, Scope};
 use super::{read_full, write_full, IoBuf, Object, OpenOptions, Store};
 use crate::error::{Error, Result};
 
 /// Opens files by path, buffered or `O_DIRECT`.
-#[derive(Clone, Copy, Debug, Default)]
+///
+/// The store owns the IO threads that its objects' batches and streams read on (up to four,
+/// started on the first call that has reads to overlap, and kept). Clones
+/// share them; they stop once the store and every object it opened are dropped.
+#[derive(Clone, Debug)]
 pub struct FileStore {
     direct: bool,
+    io: Arc<IoPool>,
+}
+
+impl Default for FileStore {
+    fn default() -> Self {
+        FileStore::new()
+    }
 }
 
 impl FileStore {
     /// Files go through the kernel page cache: works on every file system, but data the cache
     /// holds is usually held a second time by the kernel.
     pub fn new() -> Self {
-        FileStore { direct: false }
+        FileStore {
+            direct: false,
+            io: Arc::new(IoPool::new(IO_THREADS)),
+        }
     }
 
     /// Files are opened `O_DIRECT`, so the cache is the only copy in memory. Opening fails with
@@ -49,7 +65,10 @@ impl FileStore {
     /// silent fallback, because a benchmark or a memory budget that assumes no page cache would
     /// quietly be wrong.
     pub fn direct() -> Self {
-        FileStore { direct: true }
+        FileStore {
+            direct: true,
+            io: Arc::new(IoPool::new(IO_THREADS)),
+        }
     }
 
     pub fn is_direct(&self) -> bool {
@@ -63,7 +82,7 @@ impl FileStore {
         path: impl AsRef<Path>,
         options: OpenOptions,
     ) -> Result<Arc<FileObject>> {
-        FileObject::open(path.as_ref(), options, self.direct).map(Arc::new)
+        FileObject::open(path.as_ref(), options, self.direct, Some(self.io.clone())).map(Arc::new)
     }
 }
 
@@ -95,11 +114,19 @@ pub struct FileObject {
     file: File,
     direct: bool,
     writable: bool,
+    /// The store's IO threads; `None` (the io_uring store's files, which submit their batches
+    /// to a ring): batches are read on the calling thread.
+    io: Option<Arc<IoPool>>,
 }
 
 impl FileObject {
     /// Opens `path`; shared with the io_uring store, which submits against the same descriptor.
-    pub(crate) fn open(path: &Path, options: OpenOptions, direct: bool) -> Result<FileObject> {
+    pub(crate) fn open(
+        path: &Path,
+        options: OpenOptions,
+        direct: bool,
+        io: Option<Arc<IoPool>>,
+    ) -> Result<FileObject> {
         let name = path.display().to_string();
         let writable = options.write || options.create;
         let open = |create: bool| {
@@ -126,6 +153,7 @@ impl FileObject {
                 file,
                 direct,
                 writable,
+                io,
             }),
             // EINVAL from open with O_DIRECT means the file system has no direct IO (with
             // `create`, the empty file may already have been created by then).
@@ -223,8 +251,8 @@ impl Object for FileObject {
     /// Runs of requests that continue each other in the file (a readahead window, a scan's
     /// batch) become one `preadv`: one system call and one device request for the whole run,
     /// as the kernel's own readahead issues, instead of one per buffer. Several runs are read
-    /// at once by up to four threads (the caller among them), so a device sees more
-    /// than one request in flight.
+    /// at once by the store's IO threads and the calling thread, so a device sees more than
+    /// one request in flight.
     fn read_batch(&self, reqs: &mut [IoBuf], out: &mut Vec<io::Result<usize>>) {
         out.clear();
         let mut runs: Vec<(&mut [IoBuf], Vec<io::Result<usize>>)> = Vec::new();
@@ -235,28 +263,35 @@ impl Object for FileObject {
             runs.push((run, Vec::with_capacity(n)));
             rest = tail;
         }
-        if runs.len() == 1 {
-            let (run, got) = &mut runs[0];
-            self.read_run(run, got);
-        } else {
-            let threads = IO_THREADS.min(runs.len());
-            let queue = parking_lot::Mutex::new(runs.iter_mut());
-            let work = || {
-                while let Some((run, got)) = {
-                    let next = queue.lock().next();
-                    next
-                } {
-                    self.read_run_guarded(run, got);
+        match &self.io {
+            Some(io) if runs.len() > 1 => {
+                let helpers = IO_THREADS.min(runs.len()) - 1;
+                let queue = parking_lot::Mutex::new(runs.iter_mut());
+                let work = || {
+                    while let Some((run, got)) = {
+                        let next = queue.lock().next();
+                        next
+                    } {
+                        self.read_run_guarded(run, got);
+                    }
+                };
+                let work = &work;
+                io.scope(|s| {
+                    for _ in 0..helpers {
+                        // With no IO thread (the system refused them) the calling thread reads
+                        // what no other thread took.
+                        if s.spawn(work).is_err() {
+                            break;
+                        }
+                    }
+                    work();
+                });
+            }
+            _ => {
+                for (run, got) in runs.iter_mut() {
+                    self.read_run(run, got);
                 }
-            };
-            std::thread::scope(|s| {
-                for _ in 1..threads {
-                    // A thread the system refuses (a process limit, a sandbox) is no error:
-                    // the calling thread reads what no other thread took.
-                    let _ = std::thread::Builder::new().spawn_scoped(s, work);
-                }
-                work();
-            });
+            }
         }
         for (_, got) in runs {
             out.extend(got);
@@ -264,89 +299,20 @@ impl Object for FileObject {
     }
 
     /// Keeps up to `depth` requests in flight: requests are pulled while there is room, runs
-    /// of adjacent ones become one `preadv` each, and the runs are read by up to
-    /// four threads started for this call (none while a single run is all there is,
-    /// which the calling thread reads itself). Each request goes back to `done`, on the
-    /// calling thread, as soon as its run completes, and is replaced by the next at once.
+    /// of adjacent ones become one `preadv` each, and the runs are read by the store's IO
+    /// threads (none while a single run is all there is, which the calling thread reads
+    /// itself). Each request goes back to `done`, on the calling thread, as soon as its run
+    /// completes, and is replaced by the next at once.
     fn read_stream<'a>(
         &self,
         depth: usize,
         next: &mut dyn FnMut() -> Option<IoBuf<'a>>,
         done: &mut dyn FnMut(IoBuf<'a>, io::Result<usize>),
     ) {
-        let depth = depth.max(1);
-        type Landed<'a> = (Vec<IoBuf<'a>>, Vec<io::Result<usize>>);
-        std::thread::scope(|s| {
-            let (job_tx, job_rx) = crossbeam_channel::unbounded::<Vec<IoBuf<'a>>>();
-            let (done_tx, done_rx) = crossbeam_channel::unbounded::<Landed<'a>>();
-            let mut workers = 0;
-            // Requests handed to the workers and not yet back.
-            let mut outstanding = 0usize;
-            let mut hand_back = |(run, got): Landed<'a>, outstanding: &mut usize| {
-                *outstanding -= run.len();
-                for (r, g) in run.into_iter().zip(got) {
-                    done(r, g);
-                }
-            };
-            loop {
-                let mut pulled = Vec::new();
-                while outstanding + pulled.len() < depth {
-                    match next() {
-                        Some(r) => pulled.push(r),
-                        None => break,
-                    }
-                }
-                let runs = split_runs(pulled, self.max_run_bytes());
-                if outstanding == 0 && runs.len() == 1 {
-                    // Nothing to overlap with: read it here, no thread involved.
-                    let mut run = runs.into_iter().next().expect("one run");
-                    let mut got = Vec::with_capacity(run.len());
-                    self.read_run(&mut run, &mut got);
-                    outstanding += run.len();
-                    hand_back((run, got), &mut outstanding);
-                    continue;
-                }
-                for mut run in runs {
-                    if workers < IO_THREADS {
-                        let (rx, tx) = (job_rx.clone(), done_tx.clone());
-                        let spawned = std::thread::Builder::new().spawn_scoped(s, move || {
-                            for mut run in rx {
-                                let mut got = Vec::with_capacity(run.len());
-                                self.read_run_guarded(&mut run, &mut got);
-                                if tx.send((run, got)).is_err() {
-                                    return;
-                                }
-                            }
-                        });
-                        if spawned.is_ok() {
-                            workers += 1;
-                        }
-                    }
-                    if workers == 0 {
-                        // The system refused every thread (a process limit, a sandbox): the
-                        // calling thread reads the run, rather than leave its claims loading.
-                        let mut got = Vec::with_capacity(run.len());
-                        self.read_run_guarded(&mut run, &mut got);
-                        outstanding += run.len();
-                        hand_back((run, got), &mut outstanding);
-                        continue;
-                    }
-                    outstanding += run.len();
-                    // The receivers live until `job_tx` drops, below.
-                    let _ = job_tx.send(run);
-                }
-                if outstanding == 0 {
-                    break;
-                }
-                // Every worker holds a sender, and none exits while `job_tx` lives.
-                let Ok(landed) = done_rx.recv() else { break };
-                hand_back(landed, &mut outstanding);
-                while let Ok(landed) = done_rx.try_recv() {
-                    hand_back(landed, &mut outstanding);
-                }
-            }
-            drop(job_tx);
-        });
+        match &self.io {
+            Some(io) => io.scope(|s| self.stream_on(Some(s), depth, next, done)),
+            None => self.stream_on(None, depth, next, done),
+        }
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
@@ -371,9 +337,9 @@ const MAX_RUN_BYTES_DIRECT: usize = 1 << 20;
 /// one `preadv` per 1 MiB batch).
 const MAX_RUN_BYTES_BUFFERED: usize = 32 << 20;
 
-/// Most threads one batch or stream reads with (the calling thread among them for a batch).
-/// A few suffice to keep an SSD's queue or the page cache's readahead busy; io_uring
-/// ([`super::UringStore`]) keeps deeper queues from one thread.
+/// IO threads a store keeps (a batch's calling thread reads beside them). A few suffice to
+/// keep an SSD's queue or the page cache's readahead busy; io_uring ([`super::UringStore`])
+/// keeps deeper queues from one thread.
 const IO_THREADS: usize = 4;
 
 /// How many requests from the start of `reqs` form one run: each continues the one before in
@@ -414,6 +380,84 @@ impl FileObject {
             MAX_RUN_BYTES_DIRECT
         } else {
             MAX_RUN_BYTES_BUFFERED
+        }
+    }
+
+    /// [`Object::read_stream`] with the runs read on `s`'s threads (`None`: on the calling
+    /// thread, one after another).
+    fn stream_on<'a: 'e, 'e>(
+        &'e self,
+        s: Option<&Scope<'e>>,
+        depth: usize,
+        next: &mut dyn FnMut() -> Option<IoBuf<'a>>,
+        done: &mut dyn FnMut(IoBuf<'a>, io::Result<usize>),
+    ) {
+        let depth = depth.max(1);
+        type Landed<'a> = (Vec<IoBuf<'a>>, Vec<io::Result<usize>>);
+        let (done_tx, done_rx) = crossbeam_channel::unbounded::<Landed<'a>>();
+        // Requests handed out and not yet back.
+        let mut outstanding = 0usize;
+        let mut hand_back = |(run, got): Landed<'a>, outstanding: &mut usize| {
+            *outstanding -= run.len();
+            for (r, g) in run.into_iter().zip(got) {
+                done(r, g);
+            }
+        };
+        let read = move |mut run: Vec<IoBuf<'a>>| -> Landed<'a> {
+            let mut got = Vec::with_capacity(run.len());
+            self.read_run_guarded(&mut run, &mut got);
+            (run, got)
+        };
+        loop {
+            let mut pulled = Vec::new();
+            while outstanding + pulled.len() < depth {
+                match next() {
+                    Some(r) => pulled.push(r),
+                    None => break,
+                }
+            }
+            let runs = split_runs(pulled, self.max_run_bytes());
+            if outstanding == 0 && runs.len() == 1 {
+                // Nothing to overlap with: read it here, no thread involved.
+                let run = runs.into_iter().next().expect("one run");
+                outstanding += run.len();
+                hand_back(read(run), &mut outstanding);
+                continue;
+            }
+            for run in runs {
+                outstanding += run.len();
+                let tx = done_tx.clone();
+                // `done_rx` lives until the call returns, after every job has run.
+                let job = move || drop(tx.send(read(run)));
+                let refused = match s {
+                    Some(s) => s.spawn(job).err(),
+                    None => Some(job),
+                };
+                // No IO thread (the system refused them): the calling thread reads it.
+                if let Some(job) = refused {
+                    job();
+                }
+            }
+            if outstanding == 0 {
+                return;
+            }
+            // The threads are the store's, shared by every caller: a run of ours that none
+            // has started is read here rather than waited for.
+            let landed = loop {
+                if let Ok(landed) = done_rx.try_recv() {
+                    break Some(landed);
+                }
+                if s.is_some_and(|s| s.help()) {
+                    continue;
+                }
+                // Every run handed out is being read, and sends its result when done.
+                break done_rx.recv().ok();
+            };
+            let Some(landed) = landed else { return };
+            hand_back(landed, &mut outstanding);
+            while let Ok(landed) = done_rx.try_recv() {
+                hand_back(landed, &mut outstanding);
+            }
         }
     }
 
@@ -512,6 +556,142 @@ mod tests {
         assert!(out[0].is_err(), "{out:?}");
         assert_eq!(*out[1].as_ref().unwrap(), 4096);
         assert!(buf[4096..] == data[..4096]);
+    }
+
+    /// Reads `offs` (4 KiB each, in runs wherever they are adjacent) from `o` through a batch
+    /// and through a stream of depth 4, and checks every byte against `data`.
+    fn read_runs_and_check(o: &FileObject, data: &[u8], offs: &[u64]) {
+        let mut bufs: Vec<AlignedBuf> = offs.iter().map(|_| AlignedBuf::new(4096)).collect();
+        let mut reqs: Vec<IoBuf> = bufs
+            .iter_mut()
+            .zip(offs)
+            // SAFETY: each buffer outlives the batch and is used by nothing else.
+            .map(|(b, &off)| unsafe { IoBuf::new(b.as_mut_ptr(), 4096, off) })
+            .collect();
+        let mut out = Vec::new();
+        o.read_batch(&mut reqs, &mut out);
+        drop(reqs);
+        assert_eq!(out.len(), offs.len());
+        for ((b, &off), got) in bufs.iter_mut().zip(offs).zip(out) {
+            assert_eq!(got.unwrap(), 4096);
+            assert!(
+                b[..] == data[off as usize..off as usize + 4096],
+                "batch at {off}"
+            );
+            b.fill(0);
+        }
+        let mut pending = bufs
+            .iter_mut()
+            .zip(offs)
+            // SAFETY: as above, for the stream.
+            .map(|(b, &off)| unsafe { IoBuf::new(b.as_mut_ptr(), 4096, off) });
+        let mut landed = 0;
+        o.read_stream(4, &mut || pending.next(), &mut |r, got| {
+            assert_eq!(got.unwrap(), 4096);
+            let off = r.offset() as usize;
+            assert!(r.as_slice() == &data[off..off + 4096], "stream at {off}");
+            landed += 1;
+        });
+        assert_eq!(landed, offs.len());
+    }
+
+    /// The IO threads are started once per store and reused by every later batch and stream
+    /// of every object it opens; dropping the store and its objects stops them.
+    #[test]
+    fn io_threads_start_once_per_store_and_stop_with_it() {
+        let dir = scratch();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..64 * 4096).map(pattern).collect();
+        std::fs::write(&path, &data).unwrap();
+        // Runs of 1 to 3 requests with gaps between them: several runs per call.
+        let offs: Vec<u64> = (0..64u64)
+            .filter(|k| k % 4 != 3)
+            .map(|k| k * 4096)
+            .collect();
+        let store = FileStore::new();
+        let a = store.open_file(&path, OpenOptions::read_only()).unwrap();
+        let b = store.open_file(&path, OpenOptions::read_only()).unwrap();
+        read_runs_and_check(&a, &data, &offs);
+        let first = store.io.started();
+        assert!(first <= IO_THREADS, "{first}");
+        for _ in 0..20 {
+            read_runs_and_check(&a, &data, &offs);
+            read_runs_and_check(&b, &data, &offs);
+        }
+        // Clones share the threads too.
+        let c = store
+            .clone()
+            .open_file(&path, OpenOptions::read_only())
+            .unwrap();
+        read_runs_and_check(&c, &data, &offs);
+        assert_eq!(store.io.started(), first, "threads were started again");
+        let pool = Arc::downgrade(&store.io);
+        drop((store, a, b));
+        assert!(
+            pool.upgrade().is_some(),
+            "an object still holds the threads"
+        );
+        drop(c);
+        // The pool was dropped, which joins its threads (`IoPool`'s own tests check that).
+        assert!(pool.upgrade().is_none());
+    }
+
+    /// Eight callers share one store's four threads at once, batches and streams mixed: each
+    /// gets its own bytes, every one of them, and the store starts no more threads.
+    #[test]
+    fn concurrent_callers_share_the_io_threads() {
+        let dir = scratch();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..256 * 4096).map(pattern).collect();
+        std::fs::write(&path, &data).unwrap();
+        for store in [FileStore::new(), FileStore::direct()] {
+            if store.is_direct() && !dir.direct_ok() {
+                continue;
+            }
+            let o = store.open_file(&path, OpenOptions::read_only()).unwrap();
+            std::thread::scope(|s| {
+                for t in 0..8u64 {
+                    let (o, data) = (&o, &data);
+                    s.spawn(move || {
+                        for round in 0..10u64 {
+                            // A different pattern of runs per caller and round.
+                            let gap = 2 + (t + round) % 5;
+                            let offs: Vec<u64> = (0..256u64)
+                                .filter(|k| (k + t) % gap != 0)
+                                .map(|k| k * 4096)
+                                .collect();
+                            read_runs_and_check(o, data, &offs);
+                        }
+                    });
+                }
+            });
+            assert!(store.io.started() <= IO_THREADS, "{}", store.io.started());
+        }
+    }
+
+    /// A system that refuses every thread still gets every byte read, on the calling thread.
+    #[test]
+    fn refused_io_threads_read_inline() {
+        let dir = scratch();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..64 * 4096).map(pattern).collect();
+        std::fs::write(&path, &data).unwrap();
+        let offs: Vec<u64> = (0..64u64)
+            .filter(|k| k % 3 != 2)
+            .map(|k| k * 4096)
+            .collect();
+        for store in [FileStore::new(), FileStore::direct()] {
+            if store.is_direct() && !dir.direct_ok() {
+                continue;
+            }
+            store.io.refuse_threads();
+            let o = store.open_file(&path, OpenOptions::read_only()).unwrap();
+            for _ in 0..3 {
+                read_runs_and_check(&o, &data, &offs);
+            }
+            assert_eq!(store.io.started(), 0);
+            assert_eq!(store.io.jobs_run(), 0);
+        }
     }
 
     #[test]

@@ -29,6 +29,7 @@ use crate::error::Result;
 mod contained;
 mod fault;
 mod file;
+mod io_pool;
 mod memory;
 #[cfg(feature = "tokio")]
 mod owned;

@@ -114,7 +114,7 @@ impl UringStore {
         // Opening is often the first thing a new thread does with the store; report a ring
         // that cannot be set up now, with a typed error.
         self.ensure_ring()?;
-        let file = FileObject::open(path.as_ref(), options, self.options.direct)?;
+        let file = FileObject::open(path.as_ref(), options, self.options.direct, None)?;
         Ok(Arc::new(UringObject {
             file,
             options: self.options,

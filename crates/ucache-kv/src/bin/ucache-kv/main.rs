@@ -203,6 +203,29 @@ fn worker(a: WorkerArgs) {
     println!("RESULT {}", serde_json::to_string(&m).unwrap());
 }
 
+/// Loads a data set into `dir` once, through a worker process started with `worker_args(dir)`,
+/// and keeps it between runs. The marker it leaves names the store's format, so data written
+/// by a build of another format (which the store refuses, and kv-mmap would silently start
+/// over on) is loaded again instead of failing or measuring an empty store.
+pub fn load_once(dir: &Path, what: &str, worker_args: impl FnOnce(&Path) -> Vec<String>) {
+    let marker = dir.join("loaded");
+    let format = format!("{:x}", ucache_kv::meta::MAGIC);
+    if std::fs::read_to_string(&marker).ok().as_deref() == Some(format.as_str()) {
+        return;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).unwrap();
+    eprintln!("loading {what} ...");
+    let t = Instant::now();
+    let st = Command::new(std::env::current_exe().unwrap())
+        .args(worker_args(dir))
+        .status()
+        .unwrap();
+    assert!(st.success(), "loading {what} failed");
+    std::fs::write(&marker, &format).unwrap();
+    eprintln!("  {:.1} s", t.elapsed().as_secs_f64());
+}
+
 /// The arguments every measuring worker takes: its budget, threads, times and durability.
 pub fn run_args(memory: u64, threads: usize, seconds: f64, warmup: f64, mode: &str) -> Vec<String> {
     vec![
@@ -291,25 +314,20 @@ fn bench(a: BenchArgs) {
         }
     }
     let dir_of = |s: &str| a.dir.join(format!("{s}-{}", a.keys));
-    // Load each data set once (kept between runs).
     let mut sizes = Vec::new();
     for s in SYSTEMS {
         let d = dir_of(s);
-        if !d.join("loaded").exists() {
-            let _ = std::fs::remove_dir_all(&d);
-            std::fs::create_dir_all(&d).unwrap();
-            eprintln!("loading {} keys into {s} ...", a.keys);
-            let t = Instant::now();
-            let st = Command::new(std::env::current_exe().unwrap())
-                .args(["worker", "--system", s, "--keys", &a.keys.to_string()])
-                .args(["--memory", &a.memory_in.to_string(), "--dir"])
-                .arg(&d)
-                .status()
-                .unwrap();
-            assert!(st.success(), "loading {s} failed");
-            std::fs::write(d.join("loaded"), "").unwrap();
-            eprintln!("  {:.1} s", t.elapsed().as_secs_f64());
-        }
+        load_once(&d, &format!("{} keys into {s}", a.keys), |d| {
+            let mut args: Vec<String> =
+                ["worker", "--system", s, "--keys"].map(String::from).into();
+            args.extend([
+                a.keys.to_string(),
+                "--memory".into(),
+                a.memory_in.to_string(),
+            ]);
+            args.extend(["--dir".into(), d.display().to_string()]);
+            args
+        });
         sizes.push(data_bytes(s, &d));
     }
     for (s, b) in SYSTEMS.iter().zip(&sizes) {

@@ -100,17 +100,14 @@ impl PageBytes for RawView {
     fn page_len(&self) -> usize {
         self.len
     }
-    fn copy(&self, off: usize, out: &mut [u8]) {
-        let n = if off >= self.len {
-            0
-        } else {
-            out.len().min(self.len - off)
-        };
-        for (k, b) in out[..n].iter_mut().enumerate() {
-            // SAFETY: in range; volatile because a writer may race (validation discards it).
-            *b = unsafe { std::ptr::read_volatile(self.ptr.add(off + k)) };
+    fn word(&self, off: usize) -> u64 {
+        if off.checked_add(8).is_none_or(|e| e > self.len) || !off.is_multiple_of(8) {
+            // Pages are whole words long and the tree asks for aligned words only.
+            return 0;
         }
-        out[n..].fill(0);
+        // SAFETY: in range and 8-byte aligned (the page is page-aligned); volatile because a
+        // writer may race (validation discards what was read then).
+        u64::from_le(unsafe { std::ptr::read_volatile(self.ptr.add(off) as *const u64) })
     }
 }
 

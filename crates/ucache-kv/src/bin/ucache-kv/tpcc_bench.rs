@@ -278,21 +278,12 @@ pub fn bench(a: TpccArgs) {
     let mut sizes = Vec::new();
     for s in SYSTEMS {
         let d = dir_of(s);
-        if !d.join("loaded").exists() {
-            let _ = std::fs::remove_dir_all(&d);
-            std::fs::create_dir_all(&d).unwrap();
-            eprintln!("loading TPC-C ({} warehouses) into {s} ...", a.warehouses);
-            let t = Instant::now();
+        let what = format!("TPC-C ({} warehouses) into {s}", a.warehouses);
+        crate::load_once(&d, &what, |_| {
             let mut args = common(s);
             args.extend(["--memory".into(), a.memory_in.to_string(), "--load".into()]);
-            let st = std::process::Command::new(std::env::current_exe().unwrap())
-                .args(&args)
-                .status()
-                .unwrap();
-            assert!(st.success(), "loading {s} failed");
-            std::fs::write(d.join("loaded"), "").unwrap();
-            eprintln!("  {:.1} s", t.elapsed().as_secs_f64());
-        }
+            args
+        });
         let kv = open(s, &d, 64 << 20, false);
         sizes.push(kv.pages_used().unwrap() * 4096);
         eprintln!("{s}: {:.1} MiB of pages", sizes.last().unwrap() / 1048576);
