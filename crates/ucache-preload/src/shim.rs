@@ -585,21 +585,26 @@ pub(crate) fn sync_range(addr: usize, len: usize) -> Option<i32> {
 fn evict_one(e: &Entry, a: u64, b: u64) {
     let Some((o, l)) = e.rel(a, b) else { return };
     // A buffer that is loading (a readahead on an IO thread, a fault on another thread) may
-    // be reading the bytes from before the write: eviction skips it, so wait for the load to
-    // land and evict again, or the old bytes would be installed after the write.
+    // be reading the bytes from before the write, and eviction skips it. So first wait until
+    // no buffer of the range is loading, then evict: every load that could have read the old
+    // bytes claimed its buffer before the write, so it has landed by then and is evicted
+    // here, while a load that claims after the check reads the new bytes. (Evicting first
+    // and checking after left a window: a load that landed between the two stayed cached.)
     let (first, last) = (e.map.buffer_of(o), e.map.buffer_of(o + l - 1));
-    for _ in 0..100_000 {
-        let _ = e.map.evict(o, l);
-        let loading = (first..=last).any(|i| {
+    let loading = || {
+        (first..=last).any(|i| {
             e.map
                 .state(i)
                 .is_ok_and(|w| w.phase() == ucache::Phase::Loading)
-        });
-        if !loading {
-            return;
+        })
+    };
+    for _ in 0..100_000 {
+        if !loading() {
+            break;
         }
         std::thread::yield_now();
     }
+    let _ = e.map.evict(o, l);
 }
 
 /// The shim mappings of the file behind `fd`, with its size; `None` if there are none.
