@@ -12,6 +12,7 @@ use ucache::store::{FileStore, MemoryStore, Store, UringOptions, UringStore};
 use ucache::{Cache, CacheOptions, MapOptions, Placement};
 
 mod common;
+use common::store::forward_object;
 use common::{until, within};
 
 const BS: usize = 4096;
@@ -295,4 +296,83 @@ fn adjacent_misses_in_adjacent_frames_are_read_as_runs() {
         }
         m.unmap().unwrap();
     }
+}
+
+/// A stream store that takes one read and then ends its stream without asking for another or
+/// answering it (a broken ring, a user store that returns early), while `quit` is set.
+struct Quitter {
+    inner: Arc<dyn ucache::store::Object>,
+    quit: Arc<AtomicBool>,
+}
+
+impl ucache::store::Object for Quitter {
+    forward_object!(inner: name, len, set_len, read_at, write_at, sync);
+    fn read_stream<'a>(
+        &self,
+        depth: usize,
+        next: &mut dyn FnMut() -> Option<ucache::store::IoBuf<'a>>,
+        done: &mut dyn FnMut(ucache::store::IoBuf<'a>, std::io::Result<usize>),
+    ) {
+        if !self.quit.load(Ordering::Relaxed) {
+            return self.inner.read_stream(depth, next, done);
+        }
+        let _taken = next();
+    }
+}
+
+/// `pin_each` over a pool mapping claims the next buffer while it builds a run, and keeps the
+/// claim for the next read when that buffer's frame does not follow the run's. A store that
+/// ends the stream right then must not leave the claim behind: the buffer goes back to
+/// `Evicted`, idle, and loads normally later (it stayed `Loading` for good, with its frame
+/// and budget, before).
+#[test]
+fn a_stream_that_ends_early_leaves_no_claim_carried_for_the_next_run() {
+    within("pool: a stream that ends early", || {
+        let buffers = 64u64;
+        let quit = Arc::new(AtomicBool::new(false));
+        let q = quit.clone();
+        let store = common::store::WrapStore::new(
+            Arc::new({
+                let s = MemoryStore::new();
+                s.insert("o", offsets(buffers, BS));
+                s
+            }),
+            move |inner| {
+                Arc::new(Quitter {
+                    inner,
+                    quit: q.clone(),
+                }) as Arc<dyn ucache::store::Object>
+            },
+        );
+        let cache = Cache::new(CacheOptions::new(CHUNK)).unwrap();
+        let m = cache
+            .map(Arc::new(store), "o", pool().readahead(false))
+            .unwrap();
+        // Frames of a fresh chunk go out in order; evicting 0 and then 2 puts theirs on top
+        // of the free list, so the next two misses get frames 2 and 0: not adjacent.
+        for i in 0..4 {
+            drop(m.pin_shared(i).unwrap());
+        }
+        m.evict_buffers(&[0]).unwrap();
+        m.evict_buffers(&[2]).unwrap();
+        quit.store(true, Ordering::Relaxed);
+        assert!(m.pin_each([10, 11], 4, |_, _| {}).is_err());
+        for i in [10, 11] {
+            let w = m.state(i).unwrap();
+            assert!(
+                w.phase() == ucache::Phase::Evicted && w.idle(),
+                "buffer {i} left as {w:?}"
+            );
+        }
+        quit.store(false, Ordering::Relaxed);
+        let mut seen = Vec::new();
+        m.pin_each([10, 11], 4, |i, b| {
+            assert_eq!(word(b, 1), i * BS as u64 + 8);
+            seen.push(i);
+        })
+        .unwrap();
+        seen.sort();
+        assert_eq!(seen, [10, 11]);
+        m.unmap().unwrap();
+    });
 }

@@ -132,8 +132,27 @@ impl MappingCore {
                     v.cancels += 1;
                 }
             } else if let Some(e) = w.begin_evict() {
-                if s.cas(w, e).is_ok() {
-                    if w.phase() == Phase::Aside {
+                // One try for the policy's victims: a word that moved was accessed, and keeps
+                // its second chance. An explicit eviction (the application's own command, how
+                // the shim drops bytes a `pwrite` changed) tries again while the buffer stays
+                // clean and idle: an optimistic read setting the referenced bit, or a pin that
+                // came and went, must not make it skip the buffer.
+                let mut from = w;
+                let claimed = if explicit {
+                    s.update(|cur| {
+                        from = cur;
+                        if cur.dirty() {
+                            None
+                        } else {
+                            cur.begin_evict()
+                        }
+                    })
+                    .is_ok()
+                } else {
+                    s.cas(w, e).is_ok()
+                };
+                if claimed {
+                    if from.phase() == Phase::Aside {
                         v.aside.push(i);
                     } else {
                         v.clean.push(i);

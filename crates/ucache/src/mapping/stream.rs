@@ -141,6 +141,16 @@ impl MappingCore {
         // A claim, handed to the stream, that could not extend the run before it (a pool frame
         // not adjacent to the run's last): it starts the next read.
         let mut carried: Option<u64> = None;
+        // Undoes a carried claim that no read took: after a failure, or when the store ends
+        // its stream without asking for another read (a broken ring, a user store that
+        // returned early), since nothing else would ever adopt it.
+        let undo_carried = |i: u64| {
+            held::release(me, i, Hold::Streaming);
+            issued.borrow_mut().remove(&i);
+            // SAFETY: handed to the stream by `adopt_later` and never read; adopted once.
+            let mut c = unsafe { LoadClaim::adopt(self, i) };
+            c.mark_unfilled();
+        };
         let mut pull = || -> Option<IoBuf> {
             while failed.borrow().is_none() && panicked.borrow().is_none() {
                 let (i, dest) = match carried.take() {
@@ -223,11 +233,7 @@ impl MappingCore {
             }
             // A claim carried past a failure is undone: nothing was read into it.
             if let Some(i) = carried.take() {
-                held::release(me, i, Hold::Streaming);
-                issued.borrow_mut().remove(&i);
-                // SAFETY: handed to the stream by `adopt_later` and never read; adopted once.
-                let mut c = unsafe { LoadClaim::adopt(self, i) };
-                c.mark_unfilled();
+                undo_carried(i);
             }
             None
         };
@@ -269,6 +275,9 @@ impl MappingCore {
             }
         };
         self.object.read_stream(depth, &mut pull, &mut done);
+        if let Some(i) = carried.take() {
+            undo_carried(i);
+        }
         if let Some(p) = panicked.into_inner() {
             panic::resume_unwind(p);
         }

@@ -89,6 +89,12 @@ impl IoPool {
         self.refuse.store(true, Ordering::Relaxed);
     }
 
+    /// (Tests.) Lets thread starts succeed again.
+    #[cfg(test)]
+    fn allow_threads(&self) {
+        self.refuse.store(false, Ordering::Relaxed);
+    }
+
     /// The job queue of this process's threads, starting them on first use; `None` when the
     /// system refused every one.
     fn queue(&self) -> Option<Sender<Job>> {
@@ -98,10 +104,12 @@ impl IoPool {
             if have.pid == pid {
                 return (!have.threads.is_empty()).then(|| have.jobs.clone());
             }
-            // A forked child: the threads stayed in the parent. Forget their handles (there is
-            // nothing to join here) and start this process's own.
+            // A forked child: the threads stayed in the parent. Forget their handles and the
+            // parent's sender whole (nothing to join here, and dropping the last sender would
+            // take the channel's lock, which a parent thread may have held at the fork), and
+            // start this process's own.
             if let Some(old) = w.take() {
-                std::mem::forget(old.threads);
+                std::mem::forget(old);
             }
         }
         let (tx, rx) = crossbeam_channel::unbounded::<Job>();
@@ -113,13 +121,17 @@ impl IoPool {
             }
         }
         self.started.fetch_add(threads.len(), Ordering::Relaxed);
-        let some = !threads.is_empty();
+        if threads.is_empty() {
+            // Refused (a passing `EAGAIN`, a process limit): this call reads inline, and the
+            // next one tries again rather than the store reading inline for good.
+            return None;
+        }
         *w = Some(Workers {
             pid,
             jobs: tx.clone(),
             threads,
         });
-        some.then_some(tx)
+        Some(tx)
     }
 
     fn spawn(&self, k: usize, rx: Receiver<Job>) -> std::io::Result<JoinHandle<()>> {
@@ -167,13 +179,14 @@ impl Drop for IoPool {
         let Some(w) = self.workers.get_mut().take() else {
             return;
         };
+        if w.pid != std::process::id() {
+            // A forked child's copy of the parent's pool: as in `queue`, forget it whole.
+            std::mem::forget(w);
+            return;
+        }
         // Closing the queue ends every thread once it has finished its job; no job can be
         // queued now (a scope borrows the pool).
         drop(w.jobs);
-        if w.pid != std::process::id() {
-            std::mem::forget(w.threads);
-            return;
-        }
         for t in w.threads {
             let _ = t.join();
         }
@@ -410,6 +423,19 @@ mod tests {
         assert_eq!(ran.load(Ordering::Relaxed), 5);
         assert_eq!(pool.started(), 0);
         assert_eq!(pool.jobs_run(), 0);
+        // A refusal is not for good: once threads can start, the next scope starts them.
+        pool.allow_threads();
+        pool.scope(|s| {
+            let ran = &ran;
+            assert!(s
+                .spawn(move || {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                })
+                .is_ok());
+        });
+        // (Which thread ran the job is up to the race between the pool and `finish`.)
+        assert_eq!(ran.load(Ordering::Relaxed), 6);
+        assert_eq!(pool.started(), 4);
     }
 
     /// A job's panic reaches the caller only after every job of the scope has finished, and
