@@ -319,13 +319,17 @@ mod tests {
     use std::collections::HashSet;
     use std::sync::atomic::AtomicU64;
 
-    /// Waits (up to the tests' hang limit) until `done` holds.
+    /// Waits until `done` holds, failing as hung after 300,000 polls a millisecond apart (at
+    /// least the tests' five-minute hang limit). No clock is read: a loaded machine only makes
+    /// the watchdog more patient.
     fn until(done: impl Fn() -> bool) {
-        let t0 = std::time::Instant::now();
-        while !done() {
-            assert!(t0.elapsed().as_secs() < 300, "hung");
-            std::thread::yield_now();
+        for _ in 0..300_000 {
+            if done() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        assert!(done(), "hung");
     }
 
     /// 50 scopes of 6 jobs each run on the same few threads, started once.
