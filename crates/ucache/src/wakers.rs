@@ -139,14 +139,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_transition_wakes_a_pending_waiter_once_and_a_dropped_one_never() {
+    /// A buffer in `Loading`, and a waker that counts its wake-ups.
+    fn loading_with_a_counting_waker() -> (BufferState, Word, Arc<Count>, Waker) {
         let s = BufferState::new();
         let w0 = s.load();
         let loading = w0.begin_load().unwrap();
         s.cas(w0, loading).unwrap();
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
+        (s, loading, count, waker)
+    }
+
+    #[test]
+    fn a_transition_wakes_a_pending_waiter_once_and_a_dropped_one_never() {
+        let (s, loading, count, waker) = loading_with_a_counting_waker();
         let mut cx = Context::from_waker(&waker);
         let mut f = Box::pin(s.changed(loading));
         assert!(f.as_mut().poll(&mut cx).is_pending());
@@ -175,12 +181,7 @@ mod tests {
     /// waits again on the next state before `a` sees the change that woke them both.
     #[test]
     fn two_waits_with_one_waker_keep_their_own_registrations() {
-        let s = BufferState::new();
-        let w0 = s.load();
-        let loading = w0.begin_load().unwrap();
-        s.cas(w0, loading).unwrap();
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (s, loading, count, waker) = loading_with_a_counting_waker();
         let mut cx = Context::from_waker(&waker);
         let mut a = Box::pin(s.changed(loading));
         let mut b = Box::pin(s.changed(loading));
