@@ -11,7 +11,7 @@
 //! | pin (miss) | `Evicted` →[one winner] `Loading` →(read)→ `Cached`+pin; losers wait on the word | `pin.rs`, via `claim.rs` (the claim guard) and `home.rs` (where the bytes go) |
 //! | async pin (feature `tokio`) | as a pin; the read and the waits are awaited, a dropped future undoes its claim | `pin_async.rs`, waits in `crate::wakers` |
 //! | unpin | pins−1, or X cleared (+dirty, version+1) | `guard.rs` |
-//! | batched load, prefetch | as a miss, many buffers claimed before one store batch | `batch.rs`, `stream.rs` |
+//! | batched load, prefetch | as a miss, many buffers claimed before one store batch; sequential `read` calls prefetch their stream's next window | `batch.rs`, `stream.rs`, `read_stream.rs` |
 //! | landing iterator | as a prefetch (claims read on the IO threads), then a pin per item | `landing.rs` |
 //! | transparent fault | a miss without a pin; a first store sets dirty and lifts write protection | `fault.rs` |
 //! | evict | `Cached` idle →(CAS) `Evicting` →(madvise batch)→ `Evicted` (version+1) | `evict.rs` |
@@ -60,6 +60,7 @@ mod options;
 mod pin;
 #[cfg(feature = "tokio")]
 mod pin_async;
+mod read_stream;
 mod stream;
 mod sync_ledger;
 mod typed;
@@ -106,6 +107,8 @@ pub(crate) struct MappingCore {
     /// The readahead of an explicit mapping whose policy does not prefetch
     /// ([`MapOptions::readahead`]).
     readahead: Option<ReadAhead>,
+    /// Sequential [`Mapping::read`] calls' streams ([`MapOptions::readahead`]).
+    read_streams: Option<read_stream::ReadStreams>,
     writable: bool,
     resident: AtomicU64,
     /// [`MapOptions::weight`], for the global policy.
@@ -345,6 +348,7 @@ impl MappingCore {
             policy_hits: policy.wants_hits(),
             prefetching: policy.has_prefetching() || readahead.is_some(),
             readahead,
+            read_streams: o.readahead.then(read_stream::ReadStreams::new),
             policy,
             cache,
             object: obj,

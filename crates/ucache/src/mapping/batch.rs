@@ -39,6 +39,10 @@ pub(super) fn run_part(got: &io::Result<usize>, k: usize, bs: usize) -> io::Resu
 /// Most reads one [`MappingCore::read_into`] keeps in flight.
 const READ_DEPTH: usize = 64;
 
+/// The largest window read ahead of sequential [`crate::Mapping::read`] calls: 8 MiB keeps a
+/// fast device busy between calls of a few MiB without holding much of the budget.
+const MAX_READ_WINDOW: u64 = 8 << 20;
+
 /// Most staging memory one batched load of a transparent mapping takes at once.
 pub(super) const STAGING_BYTES: usize = 16 << 20;
 
@@ -362,6 +366,7 @@ impl MappingCore {
                 (from - offset) as usize..(to - offset) as usize,
             )
         };
+        self.read_ahead_of(offset..end);
         let mut bypassed = 0;
         let mut around: Result<()> = Ok(());
         let mut admitted = r.filter(|&i| {
@@ -384,6 +389,21 @@ impl MappingCore {
         drop(admitted);
         self.stats().add(Counter::Bypasses, bypassed);
         around.and(r)
+    }
+
+    /// Loads the window ahead of a read of `range` on the IO threads if the read continues a
+    /// sequential stream (`read_stream.rs`): issued before the read waits for its own range,
+    /// so the next pieces load while this one is read and copied. A window is at most a
+    /// quarter of the budget (as pins' readahead), so a stream cannot evict itself.
+    fn read_ahead_of(self: &Arc<Self>, range: std::ops::Range<u64>) {
+        let Some(streams) = &self.read_streams else {
+            return;
+        };
+        let max = (self.cache.budget.budget_bytes() / 4).min(MAX_READ_WINDOW);
+        if let Some(ahead) = streams.on_read(range, self.len, max) {
+            // Only advice: an unmapping mapping refuses it, and the read goes on regardless.
+            let _ = self.prefetch_range(ahead.start, ahead.end - ahead.start);
+        }
     }
 
     /// Reads buffer `i` from the store into staging memory and copies bytes `within..` of it

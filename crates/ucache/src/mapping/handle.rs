@@ -83,7 +83,8 @@ impl Mapping {
     /// pinned shared (and loaded on a miss) and copied. A missing buffer that the policy does
     /// not [admit](crate::policy::Policy::admit) is read straight from the store into `buf`
     /// and not cached (cache_ext's admission filter), so a one-off pass over cold data leaves
-    /// the cache as it was.
+    /// the cache as it was. Calls that read on from where an earlier one ended read ahead of
+    /// the reader, as `read(2)` does ([`MapOptions::readahead`](crate::MapOptions::readahead)).
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.core.read_into(offset, buf)
     }

@@ -169,8 +169,14 @@ impl MapOptions {
     ///   ([`Policy::has_prefetching`](crate::policy::Policy::has_prefetching), e.g. one wrapped
     ///   in [`WithPrefetch`](crate::policy::prefetch::WithPrefetch)): then the policy's
     ///   proposals replace the readahead, so nothing is read ahead twice. `pin_each`,
-    ///   `ensure_cached`, `prefetch` and [`Mapping::read`](crate::Mapping::read) already say
-    ///   what they want and keep many reads in flight themselves: they do not trigger it.
+    ///   `ensure_cached` and `prefetch` already say what they want and keep many reads in
+    ///   flight themselves: they do not trigger it.
+    /// - [`Mapping::read`](crate::Mapping::read) (every mapping): a call that starts where an
+    ///   earlier one ended continues a sequential stream, as `read(2)` on a file does, and
+    ///   loads the stream's next window (twice the call's length, at least 128 KiB, doubling
+    ///   up to 8 MiB or a quarter of the budget) on the IO threads before it waits for its own
+    ///   range. A read from offset 0 starts a stream; a read that continues none reads nothing
+    ///   ahead.
     /// - Transparent mappings: with the default policy (which becomes `clock+readahead`); a
     ///   mapping given its own policy gets readahead by wrapping it:
     ///   `WithPrefetch::new(policy, ReadAhead::transparent_default(buffer_size))`.

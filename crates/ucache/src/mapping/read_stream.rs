@@ -1,0 +1,200 @@
+//! Sequential [`crate::Mapping::read`] calls read ahead, as `read(2)` does on a file (the
+//! kernel keeps `f_ra` per open file for this).
+//!
+//! Each call already keeps many reads in flight for its own range (`pin_each`), but a program
+//! that reads a file in pieces waits at every call for that piece's reads, and the device is
+//! idle while it copies the bytes out. Pins feed the mapping's readahead miss by miss; a read
+//! says its whole range at once, so the detector here works on ranges: a call that starts
+//! where an earlier one ended continues that stream, and loads the stream's next window on the
+//! IO threads before it waits for its own range. The window starts at twice the call's length
+//! (at least [`MIN_WINDOW`]) and doubles while the stream goes on, up to the mapping's
+//! readahead limit; the next window is issued once less than half a window lies read ahead of
+//! the reader, so one window loads while the reader consumes the other, as Linux's
+//! asynchronous readahead marker does.
+//!
+//! A call that continues no stream is random access: it takes over the least recently used
+//! slot and reads nothing ahead, so random reads cost nothing extra. A call at offset 0 is
+//! taken as a stream's start (a file read from its beginning is most likely read through).
+
+use std::ops::Range;
+
+use parking_lot::Mutex;
+
+/// The smallest window: Linux's default `read_ahead_kb`.
+pub(super) const MIN_WINDOW: u64 = 128 << 10;
+
+/// Sequential readers tracked at once (threads reading different files' ranges).
+const STREAMS: usize = 4;
+
+#[derive(Clone, Copy, Default)]
+struct Stream {
+    /// Where the stream's last read ended (0 with `used` 0: an empty slot).
+    next: u64,
+    /// How far the stream has been read ahead: loads were issued up to here.
+    ahead: u64,
+    /// The current window in bytes (0: not sequential yet).
+    window: u64,
+    /// When the stream was last used, for replacing the least recently used.
+    used: u64,
+}
+
+/// The read streams of one mapping.
+pub(super) struct ReadStreams {
+    inner: Mutex<Slots>,
+}
+
+struct Slots {
+    streams: [Stream; STREAMS],
+    clock: u64,
+}
+
+impl ReadStreams {
+    pub(super) fn new() -> Self {
+        ReadStreams {
+            inner: Mutex::new(Slots {
+                streams: [Stream::default(); STREAMS],
+                clock: 0,
+            }),
+        }
+    }
+
+    /// Notes a read of `range` and returns the bytes to load ahead of it, if any: never past
+    /// `len` (the mapping's length), and never a window above `max` bytes.
+    pub(super) fn on_read(&self, range: Range<u64>, len: u64, max: u64) -> Option<Range<u64>> {
+        let mut slots = self.inner.lock();
+        slots.clock += 1;
+        let now = slots.clock;
+        let asked = range.end - range.start;
+        let max = max.max(MIN_WINDOW);
+        let found = slots
+            .streams
+            .iter()
+            .position(|s| s.used != 0 && s.next == range.start && range.start != 0);
+        let s = match found {
+            Some(k) => &mut slots.streams[k],
+            None => {
+                let k = (0..STREAMS)
+                    .min_by_key(|&k| slots.streams[k].used)
+                    .unwrap_or(0);
+                slots.streams[k] = Stream {
+                    next: range.end,
+                    ahead: range.end,
+                    window: 0,
+                    used: now,
+                };
+                if range.start != 0 {
+                    return None;
+                }
+                &mut slots.streams[k]
+            }
+        };
+        s.used = now;
+        s.next = range.end;
+        s.ahead = s.ahead.max(range.end);
+        let window = s.window.max(2 * asked).clamp(MIN_WINDOW, max);
+        s.window = window;
+        // Issue the next window only when the reader is within half a window of the edge, so
+        // a stream of small reads asks once per half window, not once per call.
+        if s.ahead - range.end >= window / 2 || s.ahead >= len {
+            return None;
+        }
+        let to = (range.end + window).min(len);
+        let from = std::mem::replace(&mut s.ahead, to);
+        // The reader consumed a window: the next one is twice as large.
+        s.window = (2 * window).min(max);
+        Some(from..to)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEN: u64 = 1 << 30;
+    const MAX: u64 = 4 << 20;
+
+    #[test]
+    fn a_first_read_elsewhere_than_the_start_reads_nothing_ahead() {
+        let r = ReadStreams::new();
+        assert_eq!(r.on_read(4096..8192, LEN, MAX), None);
+    }
+
+    #[test]
+    fn a_read_from_the_start_reads_ahead_and_its_continuation_keeps_half_a_window_ahead() {
+        let r = ReadStreams::new();
+        let m = 1 << 20;
+        assert_eq!(r.on_read(0..m, LEN, MAX), Some(m..3 * m));
+        // The window doubled to the limit (4 MiB); less than half of it lies ahead.
+        assert_eq!(r.on_read(m..2 * m, LEN, MAX), Some(3 * m..6 * m));
+        // Half a window or more lies ahead: nothing new until the reader comes closer.
+        assert_eq!(r.on_read(2 * m..3 * m, LEN, MAX), None);
+        assert_eq!(r.on_read(3 * m..4 * m, LEN, MAX), None);
+        assert_eq!(r.on_read(4 * m..5 * m, LEN, MAX), Some(6 * m..9 * m));
+    }
+
+    #[test]
+    fn small_reads_ask_once_per_half_window() {
+        let r = ReadStreams::new();
+        let mut asked = Vec::new();
+        let mut at = 0;
+        while at < 2 << 20 {
+            if let Some(w) = r.on_read(at..at + 4096, LEN, MAX) {
+                asked.push(w);
+            }
+            at += 4096;
+        }
+        // Contiguous windows, each starting where the last ended, none overlapping.
+        for w in asked.windows(2) {
+            assert_eq!(w[0].end, w[1].start);
+        }
+        assert!(asked.len() < 16, "{} windows for 512 reads", asked.len());
+        assert!(asked.last().unwrap().end >= 2 << 20);
+    }
+
+    #[test]
+    fn random_reads_read_nothing_ahead() {
+        let r = ReadStreams::new();
+        let mut x = 12345u64;
+        for _ in 0..1000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let at = ((x >> 20) % (LEN / 4096)) * 4096 + 4096;
+            assert_eq!(r.on_read(at..at + 4096, LEN, MAX), None);
+        }
+    }
+
+    #[test]
+    fn windows_stop_at_the_mapping_end() {
+        let r = ReadStreams::new();
+        let len = 3 << 20;
+        let mut end = 0;
+        let mut at = 0;
+        while at < len {
+            if let Some(w) = r.on_read(at..at + (1 << 20), len, MAX) {
+                assert!(w.end <= len);
+                end = w.end;
+            }
+            at += 1 << 20;
+        }
+        assert_eq!(end, len);
+    }
+
+    #[test]
+    fn interleaved_readers_keep_their_own_streams() {
+        let r = ReadStreams::new();
+        let m = 1 << 20;
+        let (a, b) = (64 * m, 512 * m);
+        // Their first reads are random: no stream yet.
+        assert_eq!(r.on_read(a..a + m, LEN, MAX), None);
+        assert_eq!(r.on_read(b..b + m, LEN, MAX), None);
+        assert_eq!(
+            r.on_read(a + m..a + 2 * m, LEN, MAX),
+            Some(a + 2 * m..a + 4 * m)
+        );
+        assert_eq!(
+            r.on_read(b + m..b + 2 * m, LEN, MAX),
+            Some(b + 2 * m..b + 4 * m)
+        );
+    }
+}
