@@ -2,10 +2,10 @@
 //! word changes, for a task that must not block its executor thread.
 //!
 //! Where a thread parks on the word's address in parking_lot's table, a task leaves its
-//! [`Waker`] in [`crate::wakers`]' table under the same key, and sets the word's `W` bit as a
-//! parked thread does. Every transition that clears `W` already calls `BufferState::wake`,
-//! which wakes both, so the protocol's CAS paths need no change and a word nobody waits on
-//! never touches the table: the hit path stays one atomic add.
+//! [`Waker`](std::task::Waker) in [`crate::wakers`]' table under the same key, and sets the
+//! word's `W` bit as a parked thread does. Every transition that clears `W` already calls
+//! `BufferState::wake`, which wakes both, so the protocol's CAS paths need no change and a
+//! word nobody waits on never touches the table: the hit path stays one atomic add.
 //!
 //! Order matters for a lost wakeup: the waker is registered first, then the bit is set by a CAS
 //! from the word the waiter saw. A change before the CAS fails it (the waiter looks again); a
