@@ -15,6 +15,9 @@
 //! A cache the child makes itself is its own and works as usual. `exec` replaces the image,
 //! so nothing of this survives it.
 //!
+//! The `SIGBUS` handler ([`crate::sigbus`]) sits below this module and names nothing of it:
+//! [`watch`] hands it [`fenced`] once, and the fork handler installs it in the child.
+//!
 //! [`Error::Forked`]: crate::Error::Forked
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
@@ -43,9 +46,11 @@ fn is_foreign_slow(pid: u32) -> bool {
     pid != std::process::id()
 }
 
-/// Installs the fork handler, once per process.
+/// Installs the fork handler, once per process, after telling the `SIGBUS` handler which
+/// addresses are fenced (first: a child forked once the fork handler is in has the check).
 pub(crate) fn watch() {
     WATCH.call_once(|| {
+        crate::sigbus::set_fence(fenced);
         // SAFETY: registers a plain `extern "C"` function as the child handler.
         unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
     });
@@ -76,8 +81,8 @@ pub(crate) fn remove_region(start: usize) {
 }
 
 /// Whether `addr` lies in a region fenced at a fork: the fault of a child touching a mapping
-/// of its parent.
-pub(crate) fn fenced(addr: usize) -> bool {
+/// of its parent. The `SIGBUS` handler calls it (handed in by [`watch`]): atomics only.
+fn fenced(addr: usize) -> bool {
     FORKED.load(SeqCst)
         && REGIONS.iter().any(|(s, l)| {
             let start = s.load(SeqCst);

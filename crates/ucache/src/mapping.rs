@@ -9,7 +9,7 @@
 //! |---|---|---|
 //! | pin (hit) | `Cached` → pins+1 (shared) or X (exclusive) | `pin.rs` |
 //! | pin (miss) | `Evicted` →[one winner] `Loading` →(read)→ `Cached`+pin; losers wait on the word | `pin.rs`, via `claim.rs` (the claim guard) and `home.rs` (where the bytes go) |
-//! | async pin (feature `tokio`) | as a pin; the read and the waits are awaited, a dropped future undoes its claim | `pin_async.rs`, waits in `crate::wakers` |
+//! | async pin (feature `tokio`) | as a pin; the read and the waits are awaited, a dropped future undoes its claim | `pin_async.rs`, waits in `state/changed.rs` |
 //! | unpin | pins−1, or X cleared (+dirty, version+1) | `guard.rs` |
 //! | batched load, prefetch | as a miss, many buffers claimed before one store batch; sequential `read` calls prefetch their stream's next window | `batch.rs`, `stream.rs`, `read_stream.rs` |
 //! | landing iterator | as a prefetch (claims read on the IO threads), then a pin per item | `landing.rs` |

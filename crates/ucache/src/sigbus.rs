@@ -15,10 +15,12 @@
 //! inside it lets unregistration wait until no handler still reads the slot.
 //!
 //! The registry sees a mapping only as a [`FaultTarget`]: this module sits below the
-//! mappings that register with it and names none of them.
+//! mappings that register with it and names none of them. Nor does it name the fork watch
+//! ([`crate::fork`]), which sits above it: that hands in which addresses a forked child may
+//! not touch ([`set_fence`]) and installs the handler in such a child ([`install_in_child`]).
 
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Once, Weak};
+use std::sync::{Arc, Once, OnceLock, Weak};
 
 use crate::error::{Error, Result};
 
@@ -69,6 +71,9 @@ static mut PREVIOUS: [std::mem::MaybeUninit<libc::sigaction>; 8] =
 static PREVIOUS_AT: AtomicUsize = AtomicUsize::new(0);
 /// Held by the handler that is recording a changed disposition.
 static REPLACING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Whether an address lies in a region fenced at a fork ([`set_fence`]); unset, none does.
+/// Read in the handler with `get`, one atomic load: no lock, no allocation.
+static FENCE: OnceLock<fn(usize) -> bool> = OnceLock::new();
 
 /// A registered mapping; unregisters on drop.
 pub(crate) struct Registration {
@@ -211,7 +216,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // it is not a fault, and goes to whoever handled SIGBUS before ucache. One that a handler
     // thread sent for a failed fault stands for that fault.
     let fault = code > 0 || take_fault_signal();
-    if code > 0 && crate::fork::fenced(addr) {
+    if code > 0 && FENCE.get().is_some_and(|fenced| fenced(addr)) {
         report_forked(addr);
         chain(sig, info, ctx, true);
         return;
@@ -233,6 +238,15 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
+}
+
+/// Makes a fault at an address `fenced` accepts the touch of a forked child on a mapping of
+/// its parent: reported ([`report_forked`]) and handed on as unserved, before any lookup.
+/// Called once, by the fork watch as it starts ([`crate::fork`]: before it installs its fork
+/// handler, so that every child in which regions can be fenced has the check); a second call
+/// changes nothing.
+pub(crate) fn set_fence(fenced: fn(usize) -> bool) {
+    let _ = FENCE.set(fenced);
 }
 
 /// Installs the handler in a forked child whose transparent regions were fenced

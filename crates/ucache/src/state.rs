@@ -29,6 +29,10 @@ use std::sync::atomic::Ordering;
 
 use crate::sync::{self, AtomicU64};
 
+// The async `wait_change`, on `crate::wakers`' table of tasks.
+#[cfg(feature = "tokio")]
+mod changed;
+
 /// Where a buffer is in its life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -493,7 +497,7 @@ impl BufferState {
 
     /// Whether the word is `seen` still, but for `W` (a waiter marking it is no change).
     #[cfg(feature = "tokio")]
-    pub(crate) fn unchanged(&self, seen: Word) -> bool {
+    fn unchanged(&self, seen: Word) -> bool {
         (self.0.load(Ordering::Acquire) | WAITERS) == (seen.0 | WAITERS)
     }
 

@@ -8,8 +8,9 @@
 //!   the buffer, and the load published. The claim is a guard held across the awaits: a future
 //!   dropped at any of them (a cancelled task) undoes the load as a failed one would, giving
 //!   back the room and waking the waiters, and the read it started owns its own memory.
-//! - **Waits** (another task or thread loads, evicts or holds the buffer): the task's waker
-//!   waits on the word ([`crate::wakers`]), woken by the same transitions that wake threads.
+//! - **Waits** (another task or thread loads, evicts or holds the buffer): the task awaits
+//!   the word's change (`BufferState::changed`, `state/changed.rs`), its waker left in
+//!   [`crate::wakers`]' table and woken by the same transitions that wake threads.
 //!
 //! What still runs on the calling thread, by design: the policy's hooks; an eviction round
 //! when the budget is full (CPU work and `madvise`, and, on a writable mapping, the write-back
