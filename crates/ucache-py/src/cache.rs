@@ -168,7 +168,6 @@ impl Cache {
             None => {}
         }
         let inner = &self.inner;
-        let budget = inner.budget();
         let (mapping, name) = py
             .detach(|| -> ucache_core::Result<_> {
                 let at = locate(&url, &s3, will_write)?;
@@ -183,7 +182,7 @@ impl Cache {
                 Ok((m, at.name))
             })
             .py_err()?;
-        Ok(Mapping::new(mapping, name, budget, failure))
+        Ok(Mapping::new(mapping, name, failure))
     }
 
     /// The cache's counters as a dict (hits, misses, evictions, bytes_read, ...), plus

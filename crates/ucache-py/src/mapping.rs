@@ -28,9 +28,6 @@ pub struct Mapping {
     inner: RwLock<Option<Arc<CoreMapping>>>,
     exports: Exports,
     name: String,
-    /// Largest range `read` brings in with one batch: a quarter of the cache's budget, so a
-    /// large read streams through the cache instead of evicting its own first part.
-    read_chunk: u64,
     /// A Python policy's first exception, if the mapping runs one.
     policy_failure: Option<Arc<crate::policy::Failure>>,
 }
@@ -39,15 +36,12 @@ impl Mapping {
     pub fn new(
         inner: CoreMapping,
         name: String,
-        budget: u64,
         policy_failure: Option<Arc<crate::policy::Failure>>,
     ) -> Self {
-        let read_chunk = (budget / 4).max(inner.buffer_size() as u64);
         Mapping {
             inner: RwLock::new(Some(Arc::new(inner))),
             exports: Exports::default(),
             name,
-            read_chunk,
             policy_failure,
         }
     }
@@ -113,21 +107,6 @@ fn range(m: &CoreMapping, offset: u64, length: Option<u64>) -> PyResult<(u64, u6
         )));
     }
     Ok((offset, n))
-}
-
-/// Copies `buf.len()` bytes at `offset` into `buf`, `chunk` bytes at a time, each chunk's
-/// missing buffers loaded in one batch first (many reads in flight on S3) rather than one by
-/// one as `Mapping::read` alone would.
-fn read_into(m: &CoreMapping, offset: u64, buf: &mut [u8], chunk: u64) -> ucache_core::Result<()> {
-    let mut done = 0usize;
-    while done < buf.len() {
-        let n = (buf.len() - done).min(chunk as usize);
-        let at = offset + done as u64;
-        m.ensure_cached(at, n as u64)?;
-        m.read(at, &mut buf[done..done + n])?;
-        done += n;
-    }
-    Ok(())
 }
 
 /// Copies `data` to `offset` through exclusive pins, one buffer at a time.
@@ -310,10 +289,9 @@ impl Mapping {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let m = self.get()?;
         let (o, n) = range(&m, offset, n)?;
-        let chunk = self.read_chunk;
-        PyBytes::new_with(py, n as usize, |buf| {
-            py.detach(|| read_into(&m, o, buf, chunk)).py_err()
-        })
+        // One call however large: `Mapping::read` keeps many reads in flight and streams
+        // through the budget, and a program reading in pieces reads ahead across its calls.
+        PyBytes::new_with(py, n as usize, |buf| py.detach(|| m.read(o, buf)).py_err())
     }
 
     /// Copies `data` (any bytes-like object) to `offset` through exclusive pins.

@@ -167,17 +167,27 @@ def test_s3_default_buffer_size_follows_the_budget(s3_env, s3fs_client, s3_prefi
 
 def _scan_twice_misses(tmp_path: Path, size_weighted: bool) -> int:
     """Reads all of a small file, then the first 896 KiB of a large one twice, under a 1 MiB
-    budget of 16 KiB buffers; returns the second pass's misses."""
+    budget of 16 KiB buffers; returns the second pass's misses. The large file is read in four
+    pieces, last first: its earlier pieces are then resident and unpinned while it reads the
+    next (one read of it all would pin every buffer it loads at once). Each piece reaches one
+    buffer into the next, so no read starts where another ended: nothing is read ahead."""
     tmp_path.mkdir()
     small, big = tmp_path / "small.bin", tmp_path / "big.bin"
     small.write_bytes(b"s" * (256 << 10))
     big.write_bytes(b"b" * (4 << 20))
     fs = UcacheFileSystem(cache=ucache.Cache("1MiB", batch=1), buffer_size="16KiB", size_weighted=size_weighted)
     assert fs.cat_file(str(small)) == small.read_bytes()
-    part = 896 << 10
-    assert fs.cat_file(str(big), 0, part) == b"b" * part
+    piece = 224 << 10
+
+    def scan() -> None:
+        for start in range(3 * piece, -1, -piece):
+            end = min(start + piece + (16 << 10), 4 * piece)
+            assert fs.cat_file(str(big), start, end) == b"b" * (end - start)
+
+    scan()
     before = fs.cache.stats()["misses"]
-    assert fs.cat_file(str(big), 0, part) == b"b" * part
+    scan()
+    assert fs.cache.stats()["prefetches"] == 0
     return fs.cache.stats()["misses"] - before
 
 

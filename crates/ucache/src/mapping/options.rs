@@ -175,8 +175,8 @@ impl MapOptions {
     ///   earlier one ended continues a sequential stream, as `read(2)` on a file does, and
     ///   loads the stream's next window (twice the call's length, at least 128 KiB, doubling
     ///   up to 8 MiB or a quarter of the budget) on the IO threads before it waits for its own
-    ///   range. A read from offset 0 starts a stream; a read that continues none reads nothing
-    ///   ahead.
+    ///   range. A read that continues none (a first read too, even at offset 0) reads
+    ///   nothing ahead.
     /// - Transparent mappings: with the default policy (which becomes `clock+readahead`); a
     ///   mapping given its own policy gets readahead by wrapping it:
     ///   `WithPrefetch::new(policy, ReadAhead::transparent_default(buffer_size))`.

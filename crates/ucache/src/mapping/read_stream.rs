@@ -13,8 +13,10 @@
 //! asynchronous readahead marker does.
 //!
 //! A call that continues no stream is random access: it takes over the least recently used
-//! slot and reads nothing ahead, so random reads cost nothing extra. A call at offset 0 is
-//! taken as a stream's start (a file read from its beginning is most likely read through).
+//! slot and reads nothing ahead, so random reads cost nothing extra. Unlike `read(2)`, a first
+//! read at offset 0 is no stream yet: a library's callers often read one range and stop (a
+//! header, `cat_file(path, 0, n)`), and on S3 a window read for nothing costs requests. A
+//! file read in pieces reads ahead from its second piece on.
 
 use std::ops::Range;
 
@@ -69,7 +71,7 @@ impl ReadStreams {
         let found = slots
             .streams
             .iter()
-            .position(|s| s.used != 0 && s.next == range.start && range.start != 0);
+            .position(|s| s.used != 0 && s.next == range.start);
         let s = match found {
             Some(k) => &mut slots.streams[k],
             None => {
@@ -82,10 +84,7 @@ impl ReadStreams {
                     window: 0,
                     used: now,
                 };
-                if range.start != 0 {
-                    return None;
-                }
-                &mut slots.streams[k]
+                return None;
             }
         };
         s.used = now;
@@ -114,22 +113,24 @@ mod tests {
     const MAX: u64 = 4 << 20;
 
     #[test]
-    fn a_first_read_elsewhere_than_the_start_reads_nothing_ahead() {
+    fn a_first_read_reads_nothing_ahead_even_at_the_start() {
         let r = ReadStreams::new();
         assert_eq!(r.on_read(4096..8192, LEN, MAX), None);
+        assert_eq!(r.on_read(0..4096, LEN, MAX), None);
     }
 
     #[test]
-    fn a_read_from_the_start_reads_ahead_and_its_continuation_keeps_half_a_window_ahead() {
+    fn a_continued_read_reads_ahead_and_the_stream_keeps_half_a_window_ahead() {
         let r = ReadStreams::new();
         let m = 1 << 20;
-        assert_eq!(r.on_read(0..m, LEN, MAX), Some(m..3 * m));
+        assert_eq!(r.on_read(0..m, LEN, MAX), None);
+        assert_eq!(r.on_read(m..2 * m, LEN, MAX), Some(2 * m..4 * m));
         // The window doubled to the limit (4 MiB); less than half of it lies ahead.
-        assert_eq!(r.on_read(m..2 * m, LEN, MAX), Some(3 * m..6 * m));
+        assert_eq!(r.on_read(2 * m..3 * m, LEN, MAX), Some(4 * m..7 * m));
         // Half a window or more lies ahead: nothing new until the reader comes closer.
-        assert_eq!(r.on_read(2 * m..3 * m, LEN, MAX), None);
         assert_eq!(r.on_read(3 * m..4 * m, LEN, MAX), None);
-        assert_eq!(r.on_read(4 * m..5 * m, LEN, MAX), Some(6 * m..9 * m));
+        assert_eq!(r.on_read(4 * m..5 * m, LEN, MAX), None);
+        assert_eq!(r.on_read(5 * m..6 * m, LEN, MAX), Some(7 * m..10 * m));
     }
 
     #[test]
