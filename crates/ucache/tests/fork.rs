@@ -311,7 +311,7 @@ fn serve_own_mapping(handling: FaultHandling) -> Result<(), String> {
     let p = m.as_mut_ptr() as *mut u64;
     let expected = |w: usize| (w / (BS / 8)) as u64 * 1000 + (w % (BS / 8)) as u64 + 1;
     let stored = |buffer: usize| 1_000_000 + buffer as u64;
-    let written = |buffer: usize| buffer % 5 == 0;
+    let written = |buffer: usize| buffer.is_multiple_of(5);
     for pass in 0..2 {
         for w in 0..BUFFERS * BS / 8 {
             // SAFETY: w is within the mapping of BUFFERS buffers.
