@@ -130,7 +130,7 @@ extern "C" fn in_child() {
             continue;
         }
         // Marked even where no fence can be made below: the region is the parent's either
-        // way, and the handler's message is a better end than zeros.
+        // way, and the child's handler must never serve it.
         r.fenced.store(true, SeqCst);
         if fence == -1 {
             // SAFETY: memfd_create with a static NUL-terminated name.
