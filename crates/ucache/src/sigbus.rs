@@ -71,7 +71,8 @@ static mut PREVIOUS: [std::mem::MaybeUninit<libc::sigaction>; 8] =
 static PREVIOUS_AT: AtomicUsize = AtomicUsize::new(0);
 /// Held by the handler that is recording a changed disposition.
 static REPLACING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-/// Whether an address lies in a region fenced at a fork ([`set_fence`]); unset, none does.
+/// Whether an address lies in a region fenced at a fork, a mapping of the parent's
+/// ([`set_fence`]); unset, none does.
 /// Read in the handler with `get`, one atomic load: no lock, no allocation.
 static FENCE: OnceLock<fn(usize) -> bool> = OnceLock::new();
 
@@ -242,6 +243,9 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
 
 /// Makes a fault at an address `fenced` accepts the touch of a forked child on a mapping of
 /// its parent: reported ([`report_forked`]) and handed on as unserved, before any lookup.
+/// `fenced` must accept only the regions the process had at its fork, not those it
+/// registered since (the registry holds both: a child's own mappings are served as usual),
+/// and must itself be fit for a signal handler: atomics only.
 /// Called once, by the fork watch as it starts ([`crate::fork`]: before it installs its fork
 /// handler, so that every child in which regions can be fenced has the check); a second call
 /// changes nothing.

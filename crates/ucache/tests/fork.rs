@@ -1,7 +1,7 @@
 //! A forked child never sees zeros or stale bytes through its parent's mappings in silence:
 //! a touch of a transparent mapping dies of `SIGBUS` with a message naming it, every call on
 //! an explicit mapping fails with `Error::Forked`, the child's drops write nothing back, and a
-//! cache the child makes itself works. Before, a child read zeros from a buffer that was not
+//! cache the child makes itself works, transparent mappings included. Before, a child read zeros from a buffer that was not
 //! resident at the fork.
 //!
 //! Each case runs in a child of the test binary (re-entered through an environment variable)
@@ -220,4 +220,148 @@ fn a_forked_child_gets_forked_errors_from_explicit_mappings_and_can_make_its_own
         "the child wrote back: {stdout}"
     );
     assert!(stdout.contains("FILE AFTER MSYNC 7"), "{stdout}");
+}
+
+/// In a forked child, a transparent mapping of a cache the child made itself: every load and
+/// store is served (misses, and evictions, its budget being an eighth of the file), its stores
+/// reach the file at `msync`, in both fault-handling modes. Only the parent's regions are
+/// fenced: a touch of the parent's mapping still dies with the message afterwards, and a
+/// grandchild touching the child's mapping dies too. Before, the child's own mapping with
+/// faults served on the faulting thread died at its first miss, taken for the parent's.
+#[test]
+fn a_forked_child_serves_its_own_transparent_mapping_and_still_dies_on_its_parents() {
+    const NAME: &str =
+        "a_forked_child_serves_its_own_transparent_mapping_and_still_dies_on_its_parents";
+    if is_child(NAME) {
+        let (_dir, path) = data_file();
+        let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).unwrap();
+        let m = cache
+            .map(
+                Arc::new(FileStore::new()),
+                &path,
+                MapOptions::new().transparent(true),
+            )
+            .unwrap();
+        let parent = m.as_ptr();
+        assert_eq!(word(parent, 0), 1, "resident before the fork");
+        let status = in_forked_child(|| {
+            for (mode, handling) in [
+                ("sigbus", FaultHandling::OnFaultingThread),
+                ("threads", FaultHandling::HandlerThreads(1)),
+            ] {
+                if let Err(e) = serve_own_mapping(handling) {
+                    println!("{mode}: {e}");
+                    return 1;
+                }
+                println!("{mode}: own mapping served");
+            }
+            let w = word(parent, 0);
+            println!("child read the parent's {w}");
+            0
+        });
+        print!("first child: ");
+        report(status);
+        assert_eq!(word(parent, 40), 40_001, "the parent is served as before");
+        m.unmap().unwrap();
+        std::process::exit(0);
+    }
+    let out = child(NAME);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}\n{stdout}\n{stderr}", out.status);
+    for mode in ["sigbus", "threads"] {
+        assert!(
+            stdout.contains(&format!("{mode}: own mapping served")),
+            "{stdout}\n{stderr}"
+        );
+        assert!(
+            stdout.contains(&format!("{mode} grandchild: CHILD SIGNAL 7")),
+            "{stdout}\n{stderr}"
+        );
+    }
+    assert!(
+        stdout.contains("first child: CHILD SIGNAL 7"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(!stdout.contains("child read the parent's"), "{stdout}");
+    assert_eq!(
+        stderr
+            .matches("a forked child touched a transparent mapping of its parent")
+            .count(),
+        3,
+        "two grandchildren and the child: {stderr}"
+    );
+}
+
+/// In a forked child: makes a cache of 8 buffers and a writable transparent mapping (fault
+/// handling `handling`) of a fresh 64-buffer file; reads every word of every buffer through
+/// plain loads, twice (misses and evictions), stores a word into every fifth buffer, reads
+/// the stores back, `msync`s and checks the file; forks a grandchild that touches the mapping
+/// and must die of `SIGBUS`. The error names what went wrong.
+fn serve_own_mapping(handling: FaultHandling) -> Result<(), String> {
+    let (_dir, path) = data_file();
+    let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).map_err(|e| e.to_string())?;
+    let options = MapOptions::new()
+        .transparent(true)
+        .writable(true)
+        .fault_handling(handling);
+    let m = cache
+        .map(Arc::new(FileStore::new()), &path, options)
+        .map_err(|e| e.to_string())?;
+    let p = m.as_mut_ptr() as *mut u64;
+    let expected = |w: usize| (w / (BS / 8)) as u64 * 1000 + (w % (BS / 8)) as u64 + 1;
+    let stored = |buffer: usize| 1_000_000 + buffer as u64;
+    let written = |buffer: usize| buffer.is_multiple_of(5);
+    for pass in 0..2 {
+        for w in 0..BUFFERS * BS / 8 {
+            // SAFETY: w is within the mapping of BUFFERS buffers.
+            let got = unsafe { std::ptr::read_volatile(p.add(w)) };
+            let buffer = w / (BS / 8);
+            let want = if pass == 1 && w % (BS / 8) == 0 && written(buffer) {
+                stored(buffer)
+            } else {
+                expected(w)
+            };
+            if got != want {
+                return Err(format!("pass {pass}, word {w}: {got}, not {want}"));
+            }
+        }
+        if pass == 0 {
+            for buffer in (0..BUFFERS).filter(|&b| written(b)) {
+                // SAFETY: the first word of a buffer of the writable mapping.
+                unsafe { std::ptr::write_volatile(p.add(buffer * BS / 8), stored(buffer)) };
+            }
+        }
+    }
+    m.msync(0, m.len()).map_err(|e| e.to_string())?;
+    let on_disk = std::fs::read(&path).map_err(|e| e.to_string())?;
+    for buffer in 0..BUFFERS {
+        let at = buffer * BS;
+        let got = u64::from_le_bytes(on_disk[at..at + 8].try_into().unwrap());
+        let want = if written(buffer) {
+            stored(buffer)
+        } else {
+            expected(buffer * BS / 8)
+        };
+        if got != want {
+            return Err(format!("file, buffer {buffer}: {got}, not {want}"));
+        }
+    }
+    let stats = cache.stats();
+    if stats.evictions == 0 {
+        return Err(format!("no eviction: {stats:?}"));
+    }
+    let mode = match handling {
+        FaultHandling::OnFaultingThread => "sigbus",
+        FaultHandling::HandlerThreads(_) => "threads",
+    };
+    let base = m.as_ptr();
+    print!("{mode} grandchild: ");
+    report(in_forked_child(|| {
+        let w = word(base, 0);
+        println!("grandchild read {w}");
+        0
+    }));
+    m.unmap().map_err(|e| e.to_string())?;
+    Ok(())
 }
