@@ -34,7 +34,8 @@ pub struct ColdArgs {
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
     /// Systems, comma-separated: std-fs (the baseline, always run), read:STORE (Mapping::read
-    /// in pieces), pin-each:STORE (pin_each over every buffer, depth 64), ensure-pins:STORE
+    /// in pieces), read-no-ra:STORE (the same with `readahead(false)`: each piece waits for
+    /// its own reads), pin-each:STORE (pin_each over every buffer, depth 64), ensure-pins:STORE
     /// (ensure_cached of a piece, then a pin of each of its buffers), pins:STORE (a plain
     /// loop of pin_shared, relying on readahead); stores: file, direct, uring.
     #[arg(
@@ -58,6 +59,7 @@ pub struct ColdArgs {
 enum Via {
     StdFs,
     Read,
+    ReadNoReadahead,
     PinEach,
     EnsurePins,
     Pins,
@@ -68,6 +70,7 @@ fn parse_system(s: &str) -> Result<(Via, &str), String> {
     let via = match via {
         "std-fs" => Via::StdFs,
         "read" => Via::Read,
+        "read-no-ra" => Via::ReadNoReadahead,
         "pin-each" => Via::PinEach,
         "ensure-pins" => Via::EnsurePins,
         "pins" => Via::Pins,
@@ -133,13 +136,17 @@ fn pass(
     }
     let cache = Cache::new(CacheOptions::new(args.memory)).map_err(|e| e.to_string())?;
     let m: Mapping = cache
-        .map(store_of(store)?, path.to_str().unwrap(), MapOptions::new())
+        .map(
+            store_of(store)?,
+            path.to_str().unwrap(),
+            MapOptions::new().readahead(via != Via::ReadNoReadahead),
+        )
         .map_err(|e| e.to_string())?;
     let len = args.data;
     let bs = m.buffer_size() as u64;
     let t0 = Instant::now();
     match via {
-        Via::Read => {
+        Via::Read | Via::ReadNoReadahead => {
             let mut off = 0;
             while off < len {
                 let n = piece.min((len - off) as usize);
@@ -251,6 +258,7 @@ fn name(via: Via, store: &str) -> String {
     let v = match via {
         Via::StdFs => return "std-fs".into(),
         Via::Read => "read",
+        Via::ReadNoReadahead => "read-no-ra",
         Via::PinEach => "pin-each",
         Via::EnsurePins => "ensure-pins",
         Via::Pins => "pins",
