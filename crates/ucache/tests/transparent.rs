@@ -174,8 +174,10 @@ fn stores_racing_explicit_eviction_are_never_lost() {
                 m.evict(0, BS as u64).unwrap();
             }
         });
+        // Until 200 evictions, however slowly a loaded host runs the evicting thread (a bound
+        // of 10 s once ended the loop short of them); `HANG` only stops a stuck evictor.
         let t0 = std::time::Instant::now();
-        while cache.stats().evictions < 200 && t0.elapsed().as_secs() < 10 {
+        while cache.stats().evictions < 200 && t0.elapsed() < common::HANG {
             for _ in 0..100 {
                 n += 1;
                 w[0].store(n, Ordering::Relaxed);
