@@ -35,7 +35,7 @@ def buffers_of(m, start: int, end: int) -> range:
 
 def wait_until(cond, what: str) -> None:
     """Waits for background prefetches (a watchdog, not a timing)."""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300  # as the Rust tests' HANG: a loaded host is slow, not hung
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.01)

@@ -14,7 +14,7 @@ use ucache::Phase;
 use ucache::{Cache, CacheOptions, FaultHandling, MapOptions};
 
 mod common;
-use common::{pattern_store as store, phase, tracked, within};
+use common::{pattern_store as store, phase, tracked, until, within};
 
 const BS: usize = 4096;
 
@@ -254,13 +254,20 @@ fn evictions_ahead_are_a_part_of_evictions() {
                 assert_eq!(m.pin_shared(i).unwrap()[0], i as u8);
             }
         }
-        std::thread::sleep(Duration::from_millis(50));
+        // The evictor engages, however late a loaded host runs it (a 50 ms sleep was not
+        // always enough). It may still be mid-round below: a round counts `evictions` before
+        // `evictions_ahead`, so `evictions_ahead` read first and `evictions` read after
+        // compare whole rounds.
+        until(
+            "the evictor to engage",
+            || cache.stats().evictions_ahead > 0,
+            || cache.stats(),
+        );
+        let ahead = cache.stats().evictions_ahead;
         let st = cache.stats();
-        assert!(st.evictions_ahead > 0, "the evictor engaged: {st:?}");
         assert!(
-            st.evictions_ahead <= st.evictions,
-            "evictions_ahead {} > evictions {} (set aside {}, restores {})",
-            st.evictions_ahead,
+            ahead <= st.evictions,
+            "evictions_ahead {ahead} > evictions {} (set aside {}, restores {})",
             st.evictions,
             st.set_aside,
             st.restores

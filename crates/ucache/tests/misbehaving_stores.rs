@@ -5,14 +5,13 @@
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use ucache::store::{MemoryStore, Object, OpenOptions, Store};
-use ucache::{Cache, CacheOptions, Error, FaultAction, MapOptions};
+use ucache::{Cache, CacheOptions, Error, FaultAction, MapOptions, Phase};
 
 mod common;
 use common::store::{forward_object, WrapStore};
-use common::within;
+use common::{until, within};
 
 const BS: usize = 4096;
 
@@ -94,7 +93,14 @@ fn panicking_reads_fail_the_access_and_leave_the_buffer_loadable() {
         assert_panic_error(&m.pin_each(0..8, 4, |_, _| {}).unwrap_err());
         // Prefetches run on an IO thread, which must survive the panic.
         m.prefetch(8 * BS as u64, 8 * BS as u64).unwrap();
-        std::thread::sleep(Duration::from_millis(100));
+        // The prefetch claimed its buffers (`Loading`) before it returned: wait for the IO
+        // thread to meet the panics and give them up, however late it runs (a sleep was not
+        // enough on a loaded host, and the budget check below then saw its claims).
+        until(
+            "the panicking prefetch to give its buffers up",
+            || (8..16).all(|i| m.state(i).unwrap().phase() != Phase::Loading),
+            || c.stats(),
+        );
         assert_panic_error(&m.pin_shared(9).unwrap_err());
         assert_eq!(c.used(), 0, "failed loads give their budget back");
         on.store(false, Ordering::Relaxed);
@@ -121,8 +127,16 @@ fn panicking_writes_keep_the_data_dirty() {
         on.store(true, Ordering::Relaxed);
         let e = m.msync(0, m.len()).unwrap_err();
         assert!(matches!(e, Error::WritebackFailed { .. }), "{e}");
+        let failed = c.stats().writeback_failures;
         m.writeback(0, m.len()).unwrap();
-        std::thread::sleep(Duration::from_millis(100));
+        // The IO thread counts the failures after it has put the buffers back: wait for all
+        // four, however late it runs (after a fixed sleep a late write-back was still in
+        // flight, its buffers not yet dirty again, on a loaded host).
+        until(
+            "the panicking write-back to fail",
+            || c.stats().writeback_failures >= failed + 4,
+            || c.stats(),
+        );
         for i in 0..4 {
             assert!(m.state(i).unwrap().dirty(), "buffer {i} kept dirty");
         }
