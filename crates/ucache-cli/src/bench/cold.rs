@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ucache::store::{FileStore, Store, UringOptions, UringStore};
-use ucache::{Cache, CacheOptions, MapOptions, Mapping};
+use ucache::{Cache, CacheOptions, MapOptions, Mapping, Placement};
 
 use super::datafile::{self, word_ok};
 use crate::size::{format_size, parse_size};
@@ -49,6 +49,10 @@ pub struct ColdArgs {
     /// disk's swings (buffered stores only; `O_DIRECT` ones still read the disk).
     #[arg(long)]
     pub keep_page_cache: bool,
+    /// Map with `Placement::Pool` (frames reused from eviction to the next load, no fresh
+    /// page per miss) instead of in place.
+    #[arg(long)]
+    pub pool: bool,
     /// Data file (default: `/var/tmp/ucache-cold-<data>.dat`); on a real disk, not tmpfs.
     #[arg(long)]
     pub file: Option<PathBuf>,
@@ -139,7 +143,13 @@ fn pass(
         .map(
             store_of(store)?,
             path.to_str().unwrap(),
-            MapOptions::new().readahead(via != Via::ReadNoReadahead),
+            MapOptions::new()
+                .readahead(via != Via::ReadNoReadahead)
+                .placement(if args.pool {
+                    Placement::Pool
+                } else {
+                    Placement::InPlace
+                }),
         )
         .map_err(|e| e.to_string())?;
     let len = args.data;
