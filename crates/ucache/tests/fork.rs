@@ -42,6 +42,13 @@ fn data_file() -> (tempfile::TempDir, String) {
     (dir, p)
 }
 
+/// A cache of 8 buffers evicting one at a time, and a mapping of `path` in it.
+fn small_cache(path: &str, options: MapOptions) -> ucache::Result<(Cache, ucache::Mapping)> {
+    let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(1))?;
+    let m = cache.map(Arc::new(FileStore::new()), path, options)?;
+    Ok((cache, m))
+}
+
 fn word(p: *const u8, buffer: usize) -> u64 {
     // SAFETY: callers pass a live mapping's base; in a forked child the read is expected to
     // raise SIGBUS.
@@ -86,11 +93,8 @@ fn a_forked_child_touching_a_transparent_mapping_dies_of_sigbus_with_a_message()
             ("sigbus", FaultHandling::OnFaultingThread),
             ("threads", FaultHandling::HandlerThreads(1)),
         ] {
-            let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).unwrap();
             let options = MapOptions::new().transparent(true).fault_handling(handling);
-            let m = cache
-                .map(Arc::new(FileStore::new()), &path, options)
-                .unwrap();
+            let (_cache, m) = small_cache(&path, options).unwrap();
             let p = m.as_ptr();
             assert_eq!(word(p, 0), 1, "resident before the fork");
             for buffer in [0usize, 40] {
@@ -137,14 +141,7 @@ fn a_forked_child_gets_forked_errors_from_explicit_mappings_and_can_make_its_own
         "a_forked_child_gets_forked_errors_from_explicit_mappings_and_can_make_its_own_cache";
     if is_child(NAME) {
         let (_dir, path) = data_file();
-        let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).unwrap();
-        let m = cache
-            .map(
-                Arc::new(FileStore::new()),
-                &path,
-                MapOptions::new().writable(true),
-            )
-            .unwrap();
+        let (cache, m) = small_cache(&path, MapOptions::new().writable(true)).unwrap();
         m.pin_exclusive(3).unwrap()[..8].copy_from_slice(&7u64.to_le_bytes());
         let status = in_forked_child(|| {
             let refused = [
@@ -179,10 +176,7 @@ fn a_forked_child_gets_forked_errors_from_explicit_mappings_and_can_make_its_own
             };
             drop(m2); // must write nothing
                       // A cache of the child's own is served.
-            let own = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).unwrap();
-            let mine = own
-                .map(Arc::new(FileStore::new()), &path, MapOptions::new())
-                .unwrap();
+            let (_own, mine) = small_cache(&path, MapOptions::new()).unwrap();
             let w = u64::from_le_bytes(mine.pin_shared(50).unwrap()[..8].try_into().unwrap());
             if w != 50_001 {
                 println!("own cache read {w}");
@@ -234,14 +228,7 @@ fn a_forked_child_serves_its_own_transparent_mapping_and_still_dies_on_its_paren
         "a_forked_child_serves_its_own_transparent_mapping_and_still_dies_on_its_parents";
     if is_child(NAME) {
         let (_dir, path) = data_file();
-        let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).unwrap();
-        let m = cache
-            .map(
-                Arc::new(FileStore::new()),
-                &path,
-                MapOptions::new().transparent(true),
-            )
-            .unwrap();
+        let (_cache, m) = small_cache(&path, MapOptions::new().transparent(true)).unwrap();
         let parent = m.as_ptr();
         assert_eq!(word(parent, 0), 1, "resident before the fork");
         let status = in_forked_child(|| {
@@ -300,14 +287,11 @@ fn a_forked_child_serves_its_own_transparent_mapping_and_still_dies_on_its_paren
 /// and must die of `SIGBUS`. The error names what went wrong.
 fn serve_own_mapping(handling: FaultHandling) -> Result<(), String> {
     let (_dir, path) = data_file();
-    let cache = Cache::new(CacheOptions::new(8 * BS as u64).batch(1)).map_err(|e| e.to_string())?;
     let options = MapOptions::new()
         .transparent(true)
         .writable(true)
         .fault_handling(handling);
-    let m = cache
-        .map(Arc::new(FileStore::new()), &path, options)
-        .map_err(|e| e.to_string())?;
+    let (cache, m) = small_cache(&path, options).map_err(|e| e.to_string())?;
     let p = m.as_mut_ptr() as *mut u64;
     let expected = |w: usize| (w / (BS / 8)) as u64 * 1000 + (w % (BS / 8)) as u64 + 1;
     let stored = |buffer: usize| 1_000_000 + buffer as u64;
