@@ -18,12 +18,23 @@ const BS: usize = 4096;
 const BUFFERS: usize = 64;
 const CHILD: &str = "UCACHE_FORK_CHILD";
 
-fn child(name: &str) -> Output {
-    Command::new(std::env::current_exe().unwrap())
+/// Runs test `name` again in a child process, as the child, and returns its stdout and
+/// stderr once it has exited successfully.
+fn child(name: &str) -> (String, String) {
+    let out: Output = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env(CHILD, name)
         .output()
-        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "{:?} (signal {:?})\n{stdout}\n{stderr}",
+        out.status,
+        out.status.signal()
+    );
+    (stdout, stderr)
 }
 
 fn is_child(name: &str) -> bool {
@@ -110,10 +121,7 @@ fn a_forked_child_touching_a_transparent_mapping_dies_of_sigbus_with_a_message()
         }
         std::process::exit(0);
     }
-    let out = child(NAME);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{:?}\n{stdout}\n{stderr}", out.status);
+    let (stdout, stderr) = child(NAME);
     for mode in ["sigbus", "threads"] {
         for buffer in [0, 40] {
             assert!(
@@ -200,14 +208,7 @@ fn a_forked_child_gets_forked_errors_from_explicit_mappings_and_can_make_its_own
         m.unmap().unwrap();
         std::process::exit(0);
     }
-    let out = child(NAME);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{:?} {:?}\n{stdout}",
-        out.status,
-        out.status.signal()
-    );
+    let (stdout, _) = child(NAME);
     assert!(stdout.contains("CHILD EXIT 0"), "{stdout}");
     assert!(
         stdout.contains("FILE AFTER CHILD 3001"),
@@ -252,10 +253,7 @@ fn a_forked_child_serves_its_own_transparent_mapping_and_still_dies_on_its_paren
         m.unmap().unwrap();
         std::process::exit(0);
     }
-    let out = child(NAME);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{:?}\n{stdout}\n{stderr}", out.status);
+    let (stdout, stderr) = child(NAME);
     for mode in ["sigbus", "threads"] {
         assert!(
             stdout.contains(&format!("{mode}: own mapping served")),
