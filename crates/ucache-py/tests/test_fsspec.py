@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 
 import fsspec
@@ -10,6 +11,9 @@ import pytest
 
 import ucache
 from ucache.filesystem import LOCAL_BUFFER_SIZE, UcacheFileSystem, default_s3_buffer_size, size_weight
+
+# Hang limit for background work (as crates/ucache/tests/common's HANG): never a timing check.
+HANG = 300.0
 
 
 @pytest.fixture
@@ -82,6 +86,34 @@ def test_reads_go_through_ucache_without_over_reading(fs, data_file: Path):
         f.read(10)
     assert fs.cache.stats()["hits"] > s["hits"]
     assert fs.cache.stats()["bytes_read"] == s["bytes_read"]
+
+
+def _read_in_pieces(fs: UcacheFileSystem, path: Path, piece: int, count: int) -> bytes:
+    out = b""
+    with fs.open(str(path)) as f:
+        for _ in range(count):
+            out += f.read(piece)
+    return out
+
+
+def test_readahead_option_reaches_the_mappings(data_file: Path):
+    """`readahead=False`: a file read in sequential pieces loads exactly the buffers of the
+    pieces; the default (on) loads windows ahead of a sequential reader too (in the
+    background, so the test waits for them with a hang limit, never for a time)."""
+    want = data_file.read_bytes()
+    piece, count = 16 << 10, 4
+    off = UcacheFileSystem(cache=ucache.Cache("8MiB"), buffer_size="16KiB", readahead=False)
+    assert _read_in_pieces(off, data_file, piece, count) == want[: piece * count]
+    s = off.cache.stats()
+    assert s["bytes_read"] == piece * count and s["misses"] == count
+
+    on = UcacheFileSystem(cache=ucache.Cache("8MiB"), buffer_size="16KiB")
+    assert on.readahead is True
+    assert _read_in_pieces(on, data_file, piece, count) == want[: piece * count]
+    deadline = time.monotonic() + HANG
+    while on.cache.stats()["bytes_read"] <= piece * count:
+        assert time.monotonic() < deadline, f"no readahead: {on.cache.stats()}"
+        time.sleep(0.01)
 
 
 def test_file_read_after_close_all_maps_again(fs, data_file: Path):
