@@ -28,7 +28,9 @@ runs the 22 queries on each system:
   (``parquet_prefetch=--prefetch-depth``);
 - ``ucache-s3-ra`` / ``ucache-s3-nora`` (only when named in `--systems`): ``ucache-s3`` with
   the mappings' sequential readahead forced on / off (``UcacheFileSystem(readahead=...)``;
-  ``ucache-s3`` itself takes the filesystem's default).
+  ``ucache-s3`` itself takes the filesystem's default);
+- ``ucache-s3-alt`` (only when named in `--systems`): ``ucache-s3`` with S3 buffers of
+  `--alt-buffer-size`, to compare two buffer sizes in one run.
 
 The s3fs system counts the bytes its file objects fetch from the server (``bytes_read`` in
 ``cache_stats``, as ucache's systems report theirs).
@@ -188,6 +190,7 @@ def main() -> int:
     ap.add_argument(
         "--buffer-size", default=None, help="ucache's buffer size for S3 (default: the filesystem's, from the budget; local: 64KiB)"
     )
+    ap.add_argument("--alt-buffer-size", default="256KiB", help="ucache's S3 buffer size for ucache-s3-alt")
     ap.add_argument("--prefetch-depth", type=int, default=2, help="row groups ahead for ucache-s3-pf")
     ap.add_argument("--budget-fraction", type=float, default=0.25, help="ucache's budget, as a share of the data")
     ap.add_argument(
@@ -326,9 +329,8 @@ def main() -> int:
 
         def ucache_s3_with(depth, **options):
             def setup(con, info):
-                fs = UcacheFileSystem(
-                    cache=ucache.Cache(budget), buffer_size=a.buffer_size, endpoint=endpoint, parquet_prefetch=depth, **options
-                )
+                kw = {"buffer_size": a.buffer_size, **options}
+                fs = UcacheFileSystem(cache=ucache.Cache(budget), endpoint=endpoint, parquet_prefetch=depth, **kw)
                 con.register_filesystem(fs)
                 info["fs"] = fs
                 return lambda t: f"ucache://s3://{prefix}/{t}.parquet"
@@ -342,9 +344,10 @@ def main() -> int:
             System("ucache-s3-pf", ucache_s3_with(a.prefetch_depth)),
             System("ucache-s3-ra", ucache_s3_with(0, readahead=True)),
             System("ucache-s3-nora", ucache_s3_with(0, readahead=False)),
+            System("ucache-s3-alt", ucache_s3_with(0, buffer_size=a.alt_buffer_size)),
         ]
     else:
-        for n in ["s3fs", "httpfs", "ucache-s3", "ucache-s3-pf", "ucache-s3-ra", "ucache-s3-nora"]:
+        for n in ["s3fs", "httpfs", "ucache-s3", "ucache-s3-pf", "ucache-s3-ra", "ucache-s3-nora", "ucache-s3-alt"]:
             skipped[n] = "no S3 server in the environment (UCACHE_S3_ENDPOINT)"
     systems = [s for s in systems if s.name in wanted]
 
@@ -412,6 +415,8 @@ def main() -> int:
                 ("ucache-s3-nora", "s3fs"),
                 ("ucache-s3-nora", "ucache-s3-ra"),
                 ("ucache-s3-nora", "ucache-s3"),
+                ("ucache-s3-alt", "s3fs"),
+                ("ucache-s3-alt", "ucache-s3"),
                 ("ucache-s3", "httpfs"),
             ]
             if n in med and b in med
