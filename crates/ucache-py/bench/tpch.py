@@ -31,9 +31,9 @@ runs the 22 queries on each system:
   ``ucache-s3`` itself takes the filesystem's default);
 - ``ucache-s3-alt`` (only when named in `--systems`): ``ucache-s3`` with S3 buffers of
   `--alt-buffer-size`, to compare two buffer sizes in one run;
-- ``ucache-s3-lfu`` (only when named in `--systems`): ``ucache-s3`` with the ``lfu`` policy
-  (scan-resistant where the default clock is not: a repeated query whose working set exceeds
-  the budget evicts all of itself under clock).
+- ``ucache-s3-lfu`` / ``ucache-s3-clock`` (only when named in `--systems`): ``ucache-s3``
+  with the ``lfu`` / ``clock`` policy (the filesystem's S3 default is lfu: a repeated query
+  whose working set exceeds the budget evicts all of itself under clock).
 
 The s3fs system counts the bytes its file objects fetch from the server (``bytes_read`` in
 ``cache_stats``, as ucache's systems report theirs).
@@ -349,9 +349,10 @@ def main() -> int:
             System("ucache-s3-nora", ucache_s3_with(0, readahead=False)),
             System("ucache-s3-alt", ucache_s3_with(0, buffer_size=a.alt_buffer_size)),
             System("ucache-s3-lfu", ucache_s3_with(0, policy="lfu")),
+            System("ucache-s3-clock", ucache_s3_with(0, policy="clock")),
         ]
     else:
-        for n in ["s3fs", "httpfs", "ucache-s3", "ucache-s3-pf", "ucache-s3-ra", "ucache-s3-nora", "ucache-s3-alt", "ucache-s3-lfu"]:
+        for n in ["s3fs", "httpfs", "ucache-s3", "ucache-s3-pf", "ucache-s3-ra", "ucache-s3-nora", "ucache-s3-alt", "ucache-s3-lfu", "ucache-s3-clock"]:
             skipped[n] = "no S3 server in the environment (UCACHE_S3_ENDPOINT)"
     systems = [s for s in systems if s.name in wanted]
 
@@ -423,6 +424,8 @@ def main() -> int:
                 ("ucache-s3-alt", "ucache-s3"),
                 ("ucache-s3-lfu", "s3fs"),
                 ("ucache-s3-lfu", "ucache-s3"),
+                ("ucache-s3-clock", "s3fs"),
+                ("ucache-s3", "ucache-s3-clock"),
                 ("ucache-s3", "httpfs"),
             ]
             if n in med and b in med
