@@ -25,7 +25,18 @@ runs the 22 queries on each system:
 - ``httpfs``: the S3 objects through DuckDB's own httpfs extension, if it loads here;
 - ``ucache-s3``: the S3 objects through ``ucache://s3://``;
 - ``ucache-s3-pf`` (only when named in `--systems`): the same with the Parquet prefetcher
-  (``parquet_prefetch=--prefetch-depth``).
+  (``parquet_prefetch=--prefetch-depth``);
+- ``ucache-s3-ra`` / ``ucache-s3-nora`` (only when named in `--systems`): ``ucache-s3`` with
+  the mappings' sequential readahead forced on / off (``UcacheFileSystem(readahead=...)``;
+  ``ucache-s3`` itself takes the filesystem's default);
+- ``ucache-s3-alt`` (only when named in `--systems`): ``ucache-s3`` with S3 buffers of
+  `--alt-buffer-size`, to compare two buffer sizes in one run;
+- ``ucache-s3-lfu`` / ``ucache-s3-clock`` (only when named in `--systems`): ``ucache-s3``
+  with the ``lfu`` / ``clock`` policy (the filesystem's S3 default is lfu: a repeated query
+  whose working set exceeds the budget evicts all of itself under clock).
+
+The s3fs system counts the bytes its file objects fetch from the server (``bytes_read`` in
+``cache_stats``, as ucache's systems report theirs).
 
 As the paper (ucache-fast26 §6.6) does, each query runs `--runs` times in a row in one DuckDB
 session and the reported time is the mean of the runs after the first. ucache gets a budget of
@@ -150,7 +161,9 @@ def run_system(sys_: System, runs: int) -> tuple[dict[int, float], dict[int, lis
     if url is not None:
         views(con, url)
     times, results = run_queries(con, runs)
-    if "cache" in info:
+    if "counter" in info:
+        info = {"bytes_read": info["counter"]["bytes"], "gets": info["counter"]["gets"]}
+    elif "cache" in info:
         s = info["cache"].stats()
         info = {k: s[k] for k in ["bytes_read", "hits", "misses", "evictions"]}
     elif "fs" in info:
@@ -180,6 +193,7 @@ def main() -> int:
     ap.add_argument(
         "--buffer-size", default=None, help="ucache's buffer size for S3 (default: the filesystem's, from the budget; local: 64KiB)"
     )
+    ap.add_argument("--alt-buffer-size", default="256KiB", help="ucache's S3 buffer size for ucache-s3-alt")
     ap.add_argument("--prefetch-depth", type=int, default=2, help="row groups ahead for ucache-s3-pf")
     ap.add_argument("--budget-fraction", type=float, default=0.25, help="ucache's budget, as a share of the data")
     ap.add_argument(
@@ -286,10 +300,24 @@ def main() -> int:
         for t in TABLES:
             s3.put(str(a.data / f"{t}.parquet"), f"{prefix}/{t}.parquet")
 
+        fetched = {"bytes": 0, "gets": 0}
+        plain_fetch = s3fs.core.S3File._fetch_range
+
+        def counting_fetch(self, start, end):
+            b = plain_fetch(self, start, end)
+            fetched["bytes"] += len(b)
+            fetched["gets"] += 1
+            return b
+
+        # Every ranged GET of an s3fs file object (its readahead cache's block fetches).
+        s3fs.core.S3File._fetch_range = counting_fetch
+
         def s3fs_sys(con, info):
             con.register_filesystem(
                 s3fs.S3FileSystem(key=key, secret=secret, endpoint_url=endpoint, client_kwargs={"region_name": "us-east-1"})
             )
+            fetched.update(bytes=0, gets=0)
+            info["counter"] = fetched
             return lambda t: f"s3://{prefix}/{t}.parquet"
 
         def httpfs(con, info):
@@ -302,11 +330,10 @@ def main() -> int:
             )
             return lambda t: f"s3://{prefix}/{t}.parquet"
 
-        def ucache_s3_with(depth):
+        def ucache_s3_with(depth, **options):
             def setup(con, info):
-                fs = UcacheFileSystem(
-                    cache=ucache.Cache(budget), buffer_size=a.buffer_size, endpoint=endpoint, parquet_prefetch=depth
-                )
+                kw = {"buffer_size": a.buffer_size, **options}
+                fs = UcacheFileSystem(cache=ucache.Cache(budget), endpoint=endpoint, parquet_prefetch=depth, **kw)
                 con.register_filesystem(fs)
                 info["fs"] = fs
                 return lambda t: f"ucache://s3://{prefix}/{t}.parquet"
@@ -318,9 +345,14 @@ def main() -> int:
             System("httpfs", httpfs),
             System("ucache-s3", ucache_s3_with(0)),
             System("ucache-s3-pf", ucache_s3_with(a.prefetch_depth)),
+            System("ucache-s3-ra", ucache_s3_with(0, readahead=True)),
+            System("ucache-s3-nora", ucache_s3_with(0, readahead=False)),
+            System("ucache-s3-alt", ucache_s3_with(0, buffer_size=a.alt_buffer_size)),
+            System("ucache-s3-lfu", ucache_s3_with(0, policy="lfu")),
+            System("ucache-s3-clock", ucache_s3_with(0, policy="clock")),
         ]
     else:
-        for n in ["s3fs", "httpfs", "ucache-s3", "ucache-s3-pf"]:
+        for n in ["s3fs", "httpfs", "ucache-s3", "ucache-s3-pf", "ucache-s3-ra", "ucache-s3-nora", "ucache-s3-alt", "ucache-s3-lfu", "ucache-s3-clock"]:
             skipped[n] = "no S3 server in the environment (UCACHE_S3_ENDPOINT)"
     systems = [s for s in systems if s.name in wanted]
 
@@ -384,6 +416,16 @@ def main() -> int:
                 ("ucache-s3", "s3fs"),
                 ("ucache-s3-pf", "s3fs"),
                 ("ucache-s3-pf", "ucache-s3"),
+                ("ucache-s3-ra", "s3fs"),
+                ("ucache-s3-nora", "s3fs"),
+                ("ucache-s3-nora", "ucache-s3-ra"),
+                ("ucache-s3-nora", "ucache-s3"),
+                ("ucache-s3-alt", "s3fs"),
+                ("ucache-s3-alt", "ucache-s3"),
+                ("ucache-s3-lfu", "s3fs"),
+                ("ucache-s3-lfu", "ucache-s3"),
+                ("ucache-s3-clock", "s3fs"),
+                ("ucache-s3", "ucache-s3-clock"),
                 ("ucache-s3", "httpfs"),
             ]
             if n in med and b in med

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 
 import fsspec
 import pytest
 
 import ucache
-from ucache.filesystem import LOCAL_BUFFER_SIZE, UcacheFileSystem, default_s3_buffer_size, size_weight
+from ucache.filesystem import LOCAL_BUFFER_SIZE, S3_DEFAULT_POLICY, UcacheFileSystem, default_s3_buffer_size, size_weight
+
+# Hang limit for background work (as crates/ucache/tests/common's HANG): never a timing check.
+HANG = 300.0
 
 
 @pytest.fixture
@@ -84,6 +88,34 @@ def test_reads_go_through_ucache_without_over_reading(fs, data_file: Path):
     assert fs.cache.stats()["bytes_read"] == s["bytes_read"]
 
 
+def _read_in_pieces(fs: UcacheFileSystem, path: Path, piece: int, count: int) -> bytes:
+    out = b""
+    with fs.open(str(path)) as f:
+        for _ in range(count):
+            out += f.read(piece)
+    return out
+
+
+def test_readahead_option_reaches_the_mappings(data_file: Path):
+    """`readahead=False`: a file read in sequential pieces loads exactly the buffers of the
+    pieces; the default (on) loads windows ahead of a sequential reader too (in the
+    background, so the test waits for them with a hang limit, never for a time)."""
+    want = data_file.read_bytes()
+    piece, count = 16 << 10, 4
+    off = UcacheFileSystem(cache=ucache.Cache("8MiB"), buffer_size="16KiB", readahead=False)
+    assert _read_in_pieces(off, data_file, piece, count) == want[: piece * count]
+    s = off.cache.stats()
+    assert s["bytes_read"] == piece * count and s["misses"] == count
+
+    on = UcacheFileSystem(cache=ucache.Cache("8MiB"), buffer_size="16KiB")
+    assert on.readahead is True
+    assert _read_in_pieces(on, data_file, piece, count) == want[: piece * count]
+    deadline = time.monotonic() + HANG
+    while on.cache.stats()["bytes_read"] <= piece * count:
+        assert time.monotonic() < deadline, f"no readahead: {on.cache.stats()}"
+        time.sleep(0.01)
+
+
 def test_file_read_after_close_all_maps_again(fs, data_file: Path):
     """A file object keeps its mapping; when the filesystem closes its mappings under it, the
     next read maps the file anew instead of failing."""
@@ -96,20 +128,22 @@ def test_file_read_after_close_all_maps_again(fs, data_file: Path):
 
 
 def test_default_buffer_sizes():
-    """S3 buffers: the budget over 64, a power of two within [64 KiB, 1 MiB], so that a small
-    budget still holds enough buffers for scattered Parquet column chunks. Local: 64 KiB."""
+    """S3 buffers: the budget over 64, a power of two within [64 KiB, 256 KiB] (about a
+    Parquet column chunk), so that a small budget still holds enough buffers for scattered
+    chunks and a large one does not fetch megabytes per chunk. Local: 64 KiB."""
     assert default_s3_buffer_size(8 << 20) == 128 << 10
     assert default_s3_buffer_size(12 << 20) == 128 << 10  # rounded down
     assert default_s3_buffer_size(16 << 20) == 256 << 10
     assert default_s3_buffer_size(1 << 20) == 64 << 10  # floor
-    assert default_s3_buffer_size(64 << 20) == 1 << 20
-    assert default_s3_buffer_size(8 << 30) == 1 << 20  # ceiling
+    assert default_s3_buffer_size(64 << 20) == 256 << 10
+    assert default_s3_buffer_size(8 << 30) == 256 << 10  # ceiling
     assert LOCAL_BUFFER_SIZE == 64 << 10
 
 
 def test_local_files_get_the_local_default(data_file: Path):
     fs = UcacheFileSystem(cache=ucache.Cache("8MiB"))
     assert fs.mapping(str(data_file)).buffer_size == LOCAL_BUFFER_SIZE
+    assert fs.mapping(str(data_file)).policy == ucache.Cache("1MiB").map(str(data_file)).policy
 
 
 def test_empty_file(fs, tmp_path: Path):
@@ -158,6 +192,7 @@ def test_s3_default_buffer_size_follows_the_budget(s3_env, s3fs_client, s3_prefi
     fs = UcacheFileSystem(cache=ucache.Cache("8MiB"), endpoint=s3_env["endpoint"])
     url = f"s3://{key}"
     assert fs.mapping(url).buffer_size == 128 << 10
+    assert fs.mapping(url).policy == S3_DEFAULT_POLICY == "lfu"
     with fs.open(url) as f:
         f.seek(140_000)
         assert f.read(10) == want[140_000:140_010]

@@ -59,8 +59,9 @@ class Cache:
         (default False); `create` makes a missing object of `length` bytes and needs
         ``writable=True`` (``create=True`` alone raises :class:`InvalidArgument`). A writable
         S3 mapping is a key prefix of chunk objects. `transparent`: the mapping's memory is
-        usable directly (buffer protocol); `readahead`: sequential misses (pins and faults) read
-        ahead in the background, unless the policy prefetches itself. `policy`: one of :data:`POLICY_NAMES` (default clock), optionally with
+        usable directly (buffer protocol); `readahead`: sequential misses (pins and faults), and
+        :meth:`Mapping.read` calls that continue where an earlier one ended, read ahead in the
+        background, unless the policy prefetches itself. `policy`: one of :data:`POLICY_NAMES` (default clock), optionally with
         parameters and presets (``"s3fifo:libcachesim,small_size_ratio=0.2"``; `policy_params`
         adds ``key=value`` items, e.g. ``{"small_size_ratio": 0.2}``), or a policy written in
         Python (an object or a class with ``choose_victims(want)`` and optional hooks, see
