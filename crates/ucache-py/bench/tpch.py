@@ -1,6 +1,6 @@
 """TPC-H on DuckDB: direct local reads against ucache's fsspec filesystem, locally and on S3.
 
-    python bench/tpch.py --sf 0.1 --data DIR [--rounds 2] [--runs 3] [--out DIR]
+    python bench/tpch.py --sf 0.1 --data DIR [--rounds 2] [--runs 3] [--queries 6,14] [--out DIR]
 
 Generates TPC-H Parquet at scale factor `--sf` with PyPI's ``tpchgen-cli`` (once, into
 `--data`), uploads it to the S3 server named by ``UCACHE_S3_ENDPOINT`` and the ``AWS_*``
@@ -34,6 +34,9 @@ runs the 22 queries on each system:
 - ``ucache-s3-lfu`` / ``ucache-s3-clock`` (only when named in `--systems`): ``ucache-s3``
   with the ``lfu`` / ``clock`` policy (the filesystem's S3 default is lfu: a repeated query
   whose working set exceeds the budget evicts all of itself under clock).
+- ``ucache-s3-reserved`` (only when named in `--systems`): ``ucache-s3`` with
+  ``Cache(keep_idle_shares=True)``: files nobody reads keep their size-weighted shares (the
+  rule before idle mappings gave way).
 
 The s3fs system counts the bytes its file objects fetch from the server (``bytes_read`` in
 ``cache_stats``, as ucache's systems report theirs).
@@ -46,6 +49,9 @@ each round runs every system once, in turn, and `--rounds` rounds are made; the 
 query is the median over rounds. Every query's result must be identical across systems
 (floating-point columns compared to 9 significant digits, as parallel sums may add in another
 order). Writes ``tpch.json`` and ``tpch.md`` (per-query table and geometric means) to `--out`.
+For ucache's in-process systems, ``cache_stats`` in ``tpch.json`` also holds ``per_query``: each
+query's misses and bytes read in each of its runs, to tell a repeat that hits from one that
+misses as the first run did. `--queries` runs a subset (e.g. ``6,14``).
 """
 
 from __future__ import annotations
@@ -109,19 +115,29 @@ def views(con: duckdb.DuckDBPyConnection, url: Callable[[str], str]) -> None:
         con.execute(f"create or replace view {t} as select * from read_parquet('{url(t)}')")
 
 
-def run_queries(con: duckdb.DuckDBPyConnection, runs: int) -> tuple[dict[int, float], dict[int, list[tuple]]]:
+def run_queries(
+    con: duckdb.DuckDBPyConnection, runs: int, queries: dict[int, str], counters: Callable[[], dict] | None = None
+) -> tuple[dict[int, float], dict[int, list[tuple]], dict[int, list[dict]]]:
+    """Times each query `runs` times; with `counters` (a cache's statistics), also what each
+    run of each query added to its misses and bytes read, to tell a repeat that hits from one
+    that misses as the first run did."""
     times: dict[int, float] = {}
     results: dict[int, list[tuple]] = {}
-    for q, sql in QUERIES.items():
+    per_run: dict[int, list[dict]] = {}
+    for q, sql in queries.items():
         ts = []
         for r in range(runs):
+            before = counters() if counters else None
             t0 = time.perf_counter()
             rows = con.execute(sql).fetchall()
             ts.append(time.perf_counter() - t0)
+            if before is not None:
+                after = counters()
+                per_run.setdefault(q, []).append({k: after[k] - before[k] for k in ["misses", "bytes_read"]})
             if r == 0:
                 results[q] = normalize(rows)
         times[q] = statistics.mean(ts[1:]) if runs > 1 else ts[0]
-    return times, results
+    return times, results, per_run
 
 
 def shim_stats(stderr: str) -> dict:
@@ -143,6 +159,7 @@ def run_child(name: str, a: argparse.Namespace, env: dict[str, str]) -> tuple[di
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.pickle"
         cmd = [sys.executable, __file__, "--data", str(a.data.parent), "--sf", str(a.sf), "--runs", str(a.runs)]
+        cmd += ["--queries", ",".join(map(str, a.queries))]
         cmd += ["--worker", name, "--worker-out", str(out)]
         p = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True)
         if p.returncode != 0:
@@ -152,7 +169,7 @@ def run_child(name: str, a: argparse.Namespace, env: dict[str, str]) -> tuple[di
     return times, results, shim_stats(p.stderr)
 
 
-def run_system(sys_: System, runs: int) -> tuple[dict[int, float], dict[int, list[tuple]], dict]:
+def run_system(sys_: System, runs: int, queries: dict[int, str]) -> tuple[dict[int, float], dict[int, list[tuple]], dict]:
     if sys_.child is not None:
         return sys_.child()
     con = duckdb.connect()
@@ -160,7 +177,8 @@ def run_system(sys_: System, runs: int) -> tuple[dict[int, float], dict[int, lis
     url = sys_.setup(con, info)
     if url is not None:
         views(con, url)
-    times, results = run_queries(con, runs)
+    cache = info["cache"] if "cache" in info else info["fs"].cache if "fs" in info else None
+    times, results, per_query = run_queries(con, runs, queries, cache.stats if cache else None)
     if "counter" in info:
         info = {"bytes_read": info["counter"]["bytes"], "gets": info["counter"]["gets"]}
     elif "cache" in info:
@@ -178,6 +196,8 @@ def run_system(sys_: System, runs: int) -> tuple[dict[int, float], dict[int, lis
             "prefetch_used": s["prefetch_used"],
             "buffer_sizes": sorted({m.buffer_size for m in maps}),
         }
+    if per_query:
+        info["per_query"] = per_query
     con.close()
     return times, results, info
 
@@ -189,6 +209,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--queries", default=None, help="a comma-separated subset of the 22 queries (default: all)")
     ap.add_argument("--systems", default="local,ucache-local,ucache-preload,s3fs,httpfs,ucache-s3")
     ap.add_argument(
         "--buffer-size", default=None, help="ucache's buffer size for S3 (default: the filesystem's, from the budget; local: 64KiB)"
@@ -212,13 +233,17 @@ def main() -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # a child process: run this local system only
     ap.add_argument("--worker-out", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    a.queries = [int(q) for q in a.queries.split(",")] if a.queries else list(QUERIES)
+    if unknown := [q for q in a.queries if q not in QUERIES]:
+        ap.error(f"--queries: no query {unknown[0]} (1..22)")
+    queries = {q: QUERIES[q] for q in a.queries}
 
     a.data = a.data / f"sf{a.sf}"
     if a.worker:
         con = duckdb.connect()
         views(con, lambda t: str(a.data / f"{t}.parquet"))
         with open(a.worker_out, "wb") as f:
-            pickle.dump(run_queries(con, a.runs), f)
+            pickle.dump(run_queries(con, a.runs, queries)[:2], f)
         con.close()
         return 0
     generate(a.sf, a.data)
@@ -330,10 +355,11 @@ def main() -> int:
             )
             return lambda t: f"s3://{prefix}/{t}.parquet"
 
-        def ucache_s3_with(depth, **options):
+        def ucache_s3_with(depth, cache_options=None, **options):
             def setup(con, info):
                 kw = {"buffer_size": a.buffer_size, **options}
-                fs = UcacheFileSystem(cache=ucache.Cache(budget), endpoint=endpoint, parquet_prefetch=depth, **kw)
+                cache = ucache.Cache(budget, **(cache_options or {}))
+                fs = UcacheFileSystem(cache=cache, endpoint=endpoint, parquet_prefetch=depth, **kw)
                 con.register_filesystem(fs)
                 info["fs"] = fs
                 return lambda t: f"ucache://s3://{prefix}/{t}.parquet"
@@ -350,9 +376,10 @@ def main() -> int:
             System("ucache-s3-alt", ucache_s3_with(0, buffer_size=a.alt_buffer_size)),
             System("ucache-s3-lfu", ucache_s3_with(0, policy="lfu")),
             System("ucache-s3-clock", ucache_s3_with(0, policy="clock")),
+            System("ucache-s3-reserved", ucache_s3_with(0, cache_options={"keep_idle_shares": True})),
         ]
     else:
-        for n in ["s3fs", "httpfs", "ucache-s3", "ucache-s3-pf", "ucache-s3-ra", "ucache-s3-nora", "ucache-s3-alt", "ucache-s3-lfu", "ucache-s3-clock"]:
+        for n in ["s3fs", "httpfs", "ucache-s3", "ucache-s3-pf", "ucache-s3-ra", "ucache-s3-nora", "ucache-s3-alt", "ucache-s3-lfu", "ucache-s3-clock", "ucache-s3-reserved"]:
             skipped[n] = "no S3 server in the environment (UCACHE_S3_ENDPOINT)"
     systems = [s for s in systems if s.name in wanted]
 
@@ -365,7 +392,7 @@ def main() -> int:
             if s.name in skipped:
                 continue
             try:
-                times, results, info = run_system(s, a.runs)
+                times, results, info = run_system(s, a.runs, queries)
             except Exception as e:  # noqa: BLE001  (httpfs that cannot load)
                 if s.name == "httpfs":
                     skipped[s.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
@@ -377,14 +404,14 @@ def main() -> int:
             if reference is None:
                 reference = results
             else:
-                for q in QUERIES:
+                for q in queries:
                     if results[q] != reference[q]:
                         mismatches.append(f"{s.name} q{q}")
     ran = [s.name for s in systems if s.name not in skipped]
-    med = {n: {q: statistics.median(r[q] for r in per_round[n]) for q in QUERIES} for n in ran}
+    med = {n: {q: statistics.median(r[q] for r in per_round[n]) for q in queries} for n in ran}
 
     def geo(n: str, base: str) -> float:
-        return math.exp(statistics.mean(math.log(med[base][q] / med[n][q]) for q in QUERIES))
+        return math.exp(statistics.mean(math.log(med[base][q] / med[n][q]) for q in queries))
 
     out = {
         "sf": a.sf,
@@ -395,6 +422,7 @@ def main() -> int:
         "preload_env": a.preload_env,
         "rounds": a.rounds,
         "runs": a.runs,
+        "queries": a.queries,
         "systems": ran,
         "skipped": skipped,
         "seconds": med,
@@ -426,6 +454,8 @@ def main() -> int:
                 ("ucache-s3-lfu", "ucache-s3"),
                 ("ucache-s3-clock", "s3fs"),
                 ("ucache-s3", "ucache-s3-clock"),
+                ("ucache-s3-reserved", "s3fs"),
+                ("ucache-s3", "ucache-s3-reserved"),
                 ("ucache-s3", "httpfs"),
             ]
             if n in med and b in med
@@ -434,13 +464,13 @@ def main() -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "tpch.json").write_text(json.dumps(out, indent=1))
     lines = ["| query | " + " | ".join(ran) + " |", "|---|" + "---|" * len(ran)]
-    for q in QUERIES:
+    for q in queries:
         lines.append(f"| q{q} | " + " | ".join(f"{med[n][q] * 1000:.1f}" for n in ran) + " |")
     lines.append("| total | " + " | ".join(f"{sum(med[n].values()) * 1000:.1f}" for n in ran) + " |")
     md = "\n".join(lines)
     md += "\n\nmilliseconds per query (mean of runs 2..%d, median of %d rounds)\n" % (a.runs, a.rounds)
     for k, v in out["speedup_geomean"].items():
-        md += f"\n- {k}: {v:.3f}x (geometric mean over the 22 queries)"
+        md += f"\n- {k}: {v:.3f}x (geometric mean over {len(queries)} queries)"
     for k, v in skipped.items():
         md += f"\n- {k}: not run: {v}"
     md += f"\n- results identical across systems: {not mismatches} {mismatches or ''}\n"

@@ -28,11 +28,15 @@ pub struct Cache {
 impl Cache {
     /// `memory`: the budget (int bytes or "1GiB"); `batch` buffers or `batch_bytes` evicted per
     /// round; `io_threads` for prefetch and write-back; `budget_wait` seconds a load waits for
-    /// memory when nothing is evictable before raising `BudgetExhausted`.
+    /// memory when nothing is evictable before raising `BudgetExhausted`; `keep_idle_shares`:
+    /// mapping weights as reservations, kept by mappings nobody uses (default: an idle
+    /// mapping's buffers go first, `ucache::policy::ReservedShares`).
     #[new]
     #[pyo3(signature = (memory = Size(1 << 30), *, batch = None, batch_bytes = None,
         io_threads = None, background_eviction = true, budget_wait = None,
-        profile_faults = false))]
+        profile_faults = false, keep_idle_shares = false))]
+    // Python's keyword arguments, one each.
+    #[allow(clippy::too_many_arguments)]
     fn new(
         memory: Size,
         batch: Option<usize>,
@@ -41,10 +45,14 @@ impl Cache {
         background_eviction: bool,
         budget_wait: Option<f64>,
         profile_faults: bool,
+        keep_idle_shares: bool,
     ) -> PyResult<Self> {
         let mut o = CacheOptions::new(memory.0)
             .background_eviction(background_eviction)
             .profile_faults(profile_faults);
+        if keep_idle_shares {
+            o = o.global_policy(std::sync::Arc::new(ucache_core::policy::ReservedShares));
+        }
         if batch.is_some() && batch_bytes.is_some() {
             return Err(raise(
                 Kind::InvalidArgument,

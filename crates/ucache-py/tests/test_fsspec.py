@@ -200,30 +200,41 @@ def test_s3_default_buffer_size_follows_the_budget(s3_env, s3fs_client, s3_prefi
     assert s["misses"] == 1 and s["bytes_read"] == 128 << 10
 
 
-def _scan_twice_misses(tmp_path: Path, size_weighted: bool) -> int:
-    """Reads all of a small file, then the first 896 KiB of a large one twice, under a 1 MiB
-    budget of 16 KiB buffers; returns the second pass's misses. The large file is read in four
-    pieces, last first: its earlier pieces are then resident and unpinned while it reads the
-    next (one read of it all would pin every buffer it loads at once). Each piece reaches one
-    buffer into the next, so no read starts where another ended: nothing is read ahead."""
+def _scan_misses(
+    tmp_path: Path, size_weighted: bool, passes: int = 2, small_kib: int = 256, pieces: int = 4, **cache_kw
+) -> list[int]:
+    """Reads all of a small file, then the first `pieces` × 224 KiB of a large one `passes`
+    times, under a 1 MiB budget of 16 KiB buffers; returns each pass's misses after the first.
+    The large file is read in pieces, last first: its earlier pieces are then resident and unpinned while
+    it reads the next (one read of it all would pin every buffer it loads at once). Each piece
+    reaches one buffer into the next, so no read starts where another ended: nothing is read
+    ahead."""
     tmp_path.mkdir()
     small, big = tmp_path / "small.bin", tmp_path / "big.bin"
-    small.write_bytes(b"s" * (256 << 10))
+    small.write_bytes(b"s" * (small_kib << 10))
     big.write_bytes(b"b" * (4 << 20))
-    fs = UcacheFileSystem(cache=ucache.Cache("1MiB", batch=1), buffer_size="16KiB", size_weighted=size_weighted)
+    cache = ucache.Cache("1MiB", batch=1, **cache_kw)
+    fs = UcacheFileSystem(cache=cache, buffer_size="16KiB", size_weighted=size_weighted)
     assert fs.cat_file(str(small)) == small.read_bytes()
     piece = 224 << 10
 
     def scan() -> None:
-        for start in range(3 * piece, -1, -piece):
-            end = min(start + piece + (16 << 10), 4 * piece)
+        for start in range((pieces - 1) * piece, -1, -piece):
+            end = min(start + piece + (16 << 10), pieces * piece)
             assert fs.cat_file(str(big), start, end) == b"b" * (end - start)
 
     scan()
-    before = fs.cache.stats()["misses"]
-    scan()
+    misses = []
+    for _ in range(passes - 1):
+        before = fs.cache.stats()["misses"]
+        scan()
+        misses.append(fs.cache.stats()["misses"] - before)
     assert fs.cache.stats()["prefetches"] == 0
-    return fs.cache.stats()["misses"] - before
+    return misses
+
+
+def _scan_twice_misses(tmp_path: Path, size_weighted: bool) -> int:
+    return _scan_misses(tmp_path, size_weighted)[0]
 
 
 def test_size_weights_let_a_large_files_working_set_stay(tmp_path: Path):
@@ -234,3 +245,16 @@ def test_size_weights_let_a_large_files_working_set_stay(tmp_path: Path):
     assert size_weight(1) == 1 and size_weight(64 << 10) == 1 and size_weight((64 << 10) + 1) == 2
     assert _scan_twice_misses(tmp_path / "weighted", size_weighted=True) == 0
     assert _scan_twice_misses(tmp_path / "equal", size_weighted=False) > 0
+
+
+def test_an_idle_file_gives_way_unless_shares_are_kept(tmp_path: Path):
+    """With equal weights the small file's share protects its buffers only while someone uses
+    it: once the cache has evicted half its budget since its last read, it is idle, its
+    buffers go first, and the large file's passes stop missing. With `keep_idle_shares` the
+    weights are reservations, and every pass misses. The large file's 43 buffers fit the
+    budget's 64 with room to spare, but not beside the small file's 24."""
+    run = dict(size_weighted=False, passes=40, small_kib=384, pieces=3)
+    kept = _scan_misses(tmp_path / "kept", **run, keep_idle_shares=True)
+    assert all(m > 0 for m in kept), kept
+    idle = _scan_misses(tmp_path / "idle", **run)
+    assert idle[-1] == 0, idle

@@ -398,7 +398,8 @@ impl Budget {
     /// Evicts up to one batch from the members of [`Budget::mappings`], asking the global
     /// policy where from. Returns buffers evicted.
     fn evict_round(&self) -> u64 {
-        self.mappings.evict_round(&self.global, self.batch)
+        self.mappings
+            .evict_round(&self.global, self.batch, self.bytes)
     }
 }
 

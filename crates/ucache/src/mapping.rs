@@ -124,6 +124,8 @@ pub(crate) struct MappingCore {
     sync_ledger: sync_ledger::SyncLedger,
     /// This mapping's share of the cache's statistics ([`Mapping::stats`]).
     own_stats: Arc<crate::stats::Stats>,
+    /// When the mapping was last used, for the global policy's idleness test.
+    activity: crate::reclaim::Activity,
     /// [`MapOptions::before_writeback`].
     before_writeback: Option<hooks::BeforeWriteback>,
 }
@@ -370,6 +372,7 @@ impl MappingCore {
             kept,
             sync_ledger: Default::default(),
             own_stats,
+            activity: Default::default(),
             before_writeback: o.before_writeback,
         })
     }
@@ -450,6 +453,13 @@ impl MappingCore {
     #[inline]
     fn stats(&self) -> &crate::stats::Stats {
         &self.own_stats
+    }
+    /// Counts `n` accesses (hits, misses, waits) and notes that the mapping is in use, so the
+    /// global policy does not take it for idle ([`crate::reclaim::Activity`]).
+    #[inline]
+    fn count_access(&self, c: crate::stats::Counter, n: u64) {
+        self.activity.touch();
+        self.stats().add(c, n);
     }
     /// Counts one read request handed to the store, `outstanding` being how many other
     /// requests of the same batch or stream it was handed over with, unfinished.

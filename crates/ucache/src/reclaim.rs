@@ -8,11 +8,16 @@
 //! the dependencies point one way, from the mappings down to the budget and this list.
 
 use std::any::Any;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use arc_swap::{ArcSwap, Guard};
 
 use crate::policy::{GuardedGlobal, MappingUsage};
+
+/// A member unused while eviction rounds freed `budget / IDLE_HORIZON` bytes is idle
+/// ([`Activity`]).
+pub(crate) const IDLE_HORIZON: u64 = 2;
 
 /// [`crate::CacheOptions::MAX_BATCH`].
 pub(crate) const MAX_BATCH: usize = 1024;
@@ -46,6 +51,10 @@ pub(crate) trait Evictable: Any + Send + Sync {
     fn buffer_size(&self) -> usize;
     /// The member's weight for the global policy.
     fn weight(&self) -> u32;
+    /// Whether nobody has used the member while the cache evicted `horizon` bytes, the
+    /// eviction clock reading `clock` ([`Activity::idle`]); always false for a member whose
+    /// accesses ucache cannot see.
+    fn idle(&self, clock: u64, horizon: u64) -> bool;
     /// Evicts up to `want` buffers of the member's choosing. Returns how many buffers' budget
     /// this gave back ([`crate::budget::Budget::release`]); write-backs that failed are
     /// noted for the loader that ran the round ([`crate::budget::note_writeback_failure`]).
@@ -57,6 +66,63 @@ pub(crate) trait Evictable: Any + Send + Sync {
 #[derive(Default)]
 pub(crate) struct Registry {
     list: ArcSwap<Vec<Arc<dyn Evictable>>>,
+    /// The eviction clock: bytes that eviction rounds have freed, ever.
+    evicted_bytes: AtomicU64,
+}
+
+/// When a member was last used, on the eviction clock ([`Registry`]'s bytes evicted): what
+/// tells an idle member from one whose share of the budget protects a working set.
+///
+/// Shares exist so that a fast-loading tenant (a scan) cannot push out a tenant that reuses its
+/// buffers; a tenant nobody touches reuses nothing, and its buffers under its share would stay
+/// while an active tenant thrashes in its own (found in TPC-H on S3: a query whose working set
+/// fits the budget missed on every run, the budget held by files earlier queries had read).
+/// Idle means unused while the cache evicted half its budget ([`IDLE_HORIZON`]). A whole
+/// budget would be the safe bound (under a global LRU every buffer of such a member would be
+/// gone by then, since each eviction made room for a buffer used later), but a member that
+/// thrashes only mildly evicts a few buffers per pass over its working set, and an idle
+/// member's buffers would outlast many passes. Less than half would come near what one call
+/// may evict at once (a readahead window reaches a quarter of the budget), so a member used
+/// between two such calls could be taken for idle. A tenant that must keep its share through
+/// long sleeps has [`crate::policy::ReservedShares`].
+///
+/// An access costs one relaxed load of a line that only eviction rounds write (once per round
+/// at most), and a store after each round that found the member used.
+pub(crate) struct Activity {
+    touched: AtomicBool,
+    seen_at: AtomicU64,
+}
+
+impl Default for Activity {
+    /// Used now: a new member is not idle before a round has seen it.
+    fn default() -> Self {
+        Activity {
+            touched: AtomicBool::new(true),
+            seen_at: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Activity {
+    /// Notes a use.
+    #[inline]
+    pub(crate) fn touch(&self) {
+        if !self.touched.load(Relaxed) {
+            self.touched.store(true, Relaxed);
+        }
+    }
+
+    /// Whether the member went unused while the clock advanced `horizon` bytes, the clock
+    /// reading `clock` now. A use noted since the last call restarts the wait. Racing calls
+    /// (two rounds at once) may both see the use; either stamp is a clock reading of now.
+    pub(crate) fn idle(&self, clock: u64, horizon: u64) -> bool {
+        if self.touched.load(Relaxed) {
+            self.touched.store(false, Relaxed);
+            self.seen_at.store(clock, Relaxed);
+            return false;
+        }
+        clock.saturating_sub(self.seen_at.load(Relaxed)) >= horizon
+    }
 }
 
 impl Registry {
@@ -84,15 +150,19 @@ impl Registry {
 
     /// Evicts up to one `batch`, asking `global` where from. Returns buffers evicted (whose
     /// budget went back). The batch is counted in bytes across members, in the first chosen
-    /// member's buffers when it was given as a count.
-    pub(crate) fn evict_round(&self, global: &GuardedGlobal, batch: Batch) -> u64 {
+    /// member's buffers when it was given as a count. A member is idle when unused while a
+    /// [`IDLE_HORIZON`]th of the `budget` was evicted ([`Activity`]).
+    pub(crate) fn evict_round(&self, global: &GuardedGlobal, batch: Batch, budget: u64) -> u64 {
         let list = self.list.load();
+        let clock = self.evicted_bytes.load(Relaxed);
+        let horizon = budget / IDLE_HORIZON;
         let usage: Vec<MappingUsage> = list
             .iter()
             .map(|m| MappingUsage {
                 resident: m.resident(),
                 buffer_size: m.buffer_size(),
                 weight: m.weight(),
+                idle: m.idle(clock, horizon),
             })
             .collect();
         let mut order = Vec::with_capacity(list.len());
@@ -108,6 +178,7 @@ impl Registry {
             }
             let n = m.evict_some(bytes.div_ceil(bs) as usize);
             evicted += n;
+            self.evicted_bytes.fetch_add(n * bs, Relaxed);
             left = Some(bytes.saturating_sub(n * bs));
         }
         evicted

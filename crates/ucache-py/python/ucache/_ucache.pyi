@@ -23,6 +23,7 @@ class Cache:
         background_eviction: bool = True,
         budget_wait: float | None = None,
         profile_faults: bool = False,
+        keep_idle_shares: bool = False,
     ) -> None: ...
     @property
     def memory(self) -> int:

@@ -131,14 +131,11 @@ impl MappingCore {
             self.read_batch_at(claimed, prefetched, None)
         };
         let st = self.stats();
-        st.add(
-            if prefetched {
-                Counter::Prefetches
-            } else {
-                Counter::Misses
-            },
-            ok,
-        );
+        if prefetched {
+            st.add(Counter::Prefetches, ok);
+        } else {
+            self.count_access(Counter::Misses, ok);
+        }
         st.add(Counter::BytesRead, ok * self.bs as u64);
         if let Some(t0) = demand.filter(|_| ok > 0) {
             st.record_miss_latencies(t0.elapsed(), ok);
@@ -318,7 +315,7 @@ impl MappingCore {
             let t0 = Instant::now();
             let c = self.claim_loads(rest, true, missed)?;
             let hits = c.consumed - c.claimed.len() - c.others.len();
-            self.stats().add(Counter::Hits, hits as u64);
+            self.count_access(Counter::Hits, hits as u64);
             self.load_claimed(c.claimed, Some(t0))?;
             others.extend(c.others);
             if !c.stopped {

@@ -40,6 +40,10 @@ impl Evictable for MappingCore {
     fn weight(&self) -> u32 {
         MappingCore::weight(self)
     }
+    /// A transparent mapping is never idle: its hits are plain loads, unseen.
+    fn idle(&self, clock: u64, horizon: u64) -> bool {
+        !self.is_transparent() && self.activity.idle(clock, horizon)
+    }
     /// Asks the policy for up to `want` victims and evicts those that validate; if none do,
     /// the manager's own sweep picks the victims instead.
     fn evict_some(&self, want: usize) -> u64 {

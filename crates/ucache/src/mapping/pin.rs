@@ -58,7 +58,7 @@ impl MappingCore {
                 Err(cur) => w = cur,
             }
         }
-        self.stats().add(Counter::Hits, 1);
+        self.count_access(Counter::Hits, 1);
         self.on_hit(i, w);
         // SAFETY: we hold a shared pin: the buffer is Cached and nobody writes it until unpin.
         Some(unsafe { SharedGuard::new(self.state(i), i, self.ptr(i), self.valid(i)) })
@@ -134,7 +134,7 @@ impl MappingCore {
     pub(super) fn pin_hit(&self, s: &BufferState, i: u64) -> bool {
         match s.pin_shared_fast() {
             Some(old) => {
-                self.stats().add(Counter::Hits, 1);
+                self.count_access(Counter::Hits, 1);
                 self.on_hit(i, old);
                 true
             }
@@ -155,7 +155,7 @@ impl MappingCore {
                 // Cached is all the caller wants: nothing to take.
                 Pin::None if w.phase() == Phase::Cached => {
                     self.note_unpinned_hit(s, i);
-                    self.stats().add(Counter::Hits, 1);
+                    self.count_access(Counter::Hits, 1);
                     return Step::Pinned;
                 }
                 Pin::None => None,
@@ -168,7 +168,7 @@ impl MappingCore {
                         } else {
                             Counter::Hits
                         };
-                        self.stats().add(c, 1);
+                        self.count_access(c, 1);
                         self.on_hit(i, w);
                         return Step::Pinned;
                     }
@@ -242,7 +242,7 @@ impl MappingCore {
         latency: std::time::Duration,
     ) {
         self.stats().record_miss_latency(latency);
-        self.stats().add(Counter::Misses, 1);
+        self.count_access(Counter::Misses, 1);
         if read {
             self.stats().add(Counter::BytesRead, self.bs as u64);
         }
@@ -306,7 +306,7 @@ impl MappingCore {
                 let v = s.load();
                 if v.phase() == Phase::Cached && !v.exclusive() && v.version() == w.version() {
                     if !loaded {
-                        self.stats().add(Counter::Hits, 1);
+                        self.count_access(Counter::Hits, 1);
                         s.touch_if_unreferenced(v);
                     }
                     if v.prefetched() && s.take_prefetched() {

@@ -258,7 +258,7 @@ impl MappingCore {
                         if let Some(t) = since {
                             st.record_miss_latency(t.elapsed());
                         }
-                        st.add(Counter::Misses, 1);
+                        self.count_access(Counter::Misses, 1);
                         st.add(Counter::BytesRead, self.bs as u64);
                         // SAFETY: published with our shared pin, which the guard now owns.
                         landed.push(unsafe {

@@ -115,7 +115,7 @@ impl MappingCore {
         loop {
             let w = s.load();
             if w.phase() == Phase::Cached && !w.exclusive() {
-                self.stats().add(Counter::Hits, 1);
+                self.count_access(Counter::Hits, 1);
                 s.touch_if_unreferenced(w);
                 return Ok(OptimisticRead {
                     mapping: self,
@@ -152,7 +152,7 @@ impl MappingCore {
         if s.update(|w| w.pin_exclusive()).is_err() {
             return Ok(None);
         }
-        self.stats().add(Counter::Hits, 1);
+        self.count_access(Counter::Hits, 1);
         self.exclusive_guard(i).map(Some)
     }
 
@@ -168,7 +168,7 @@ impl MappingCore {
             let w = s.load();
             if let Some(x) = w.pin_exclusive() {
                 if s.cas(w, x).is_ok() {
-                    self.stats().add(Counter::Hits, 1);
+                    self.count_access(Counter::Hits, 1);
                     let mut g = self.exclusive_guard(i)?;
                     g.fill(0);
                     return Ok(g);
@@ -183,7 +183,7 @@ impl MappingCore {
                 claim.take_room(true)?;
                 claim.fill_zeros(true)?;
                 claim.publish(Pin::Exclusive, false, true);
-                self.stats().add(Counter::Misses, 1);
+                self.count_access(Counter::Misses, 1);
                 // SAFETY: we hold the exclusive pin on buffer i (published with it).
                 return Ok(unsafe {
                     ExclusiveGuard::new(self.addr(), self.state(i), i, self.ptr(i), self.valid(i))

@@ -64,7 +64,7 @@ pub use exact_lfu::ExactLfu;
 pub use fallback::Fallback;
 pub use fifo::Fifo;
 pub use get_scan::GetScan;
-pub use global::{MappingUsage, ProportionalGlobal};
+pub use global::{MappingUsage, ProportionalGlobal, ReservedShares};
 pub(crate) use guarded::{Guarded, GuardedGlobal};
 pub use hint::Hint;
 pub use lfu::{Lfu, LfuConfig};
