@@ -199,9 +199,9 @@ impl MapOptions {
     /// new buffers (a scan) cannot push out one whose working set is reused: with weights 3
     /// and 1 the first keeps three quarters of the memory the two hold, however fast the
     /// second loads. A share protects reuse only: an explicit mapping that nobody uses (no
-    /// pin, read or miss) while the cache evicts half its budget is idle, and its
-    /// buffers go before any active mapping's
-    /// ([`ReservedShares`](crate::policy::ReservedShares) keeps weights as reservations).
+    /// pin, read or miss) while the cache evicts half its budget is idle, and its buffers go
+    /// before any active mapping's ([`ReservedShares`](crate::policy::ReservedShares) keeps
+    /// weights as reservations).
     pub fn weight(mut self, weight: u32) -> Self {
         self.weight = weight;
         self

@@ -21,8 +21,8 @@ pub struct MappingUsage {
     /// The mapping's [`MapOptions::weight`](crate::MapOptions::weight), at least 1.
     pub weight: u32,
     /// Nobody has used the mapping (a pin, a read, an optimistic read, a miss) while the cache
-    /// evicted half its budget. Always false for a transparent mapping, whose hits are plain loads that ucache
-    /// does not see.
+    /// evicted half its budget. Always false for a transparent mapping, whose hits are plain
+    /// loads that ucache does not see.
     pub idle: bool,
 }
 
