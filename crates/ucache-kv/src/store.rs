@@ -273,6 +273,12 @@ impl Kv {
                 .writable(true)
                 .create(true)
                 .policy(Box::new(policy))
+                // A descent's misses are index-driven, but leaves written in key order sit
+                // side by side in the file, so a scan's next leaf looked like a sequential
+                // stream and set off readahead windows of up to a quarter of the budget:
+                // YCSB E out of memory on zram ran at 0.26× LMDB with a p99 of 3.7 ms, and at
+                // 0.57× with 0.34 ms without it (docs/results/2026-11-26-kv-zram).
+                .readahead(false)
                 .before_writeback(hook),
         )?;
         let kv = Kv {
