@@ -115,6 +115,11 @@ fn a_long_stream_reads_past_the_cache_on_every_local_store() {
                 );
                 assert!(m.resident() * BS as u64 <= BUDGET / 2, "{what}: {s:#?}");
                 assert!(
+                    s.store_reads * 4 <= BUFFERS,
+                    "{what}: {} requests for {BUFFERS} buffers: not coalesced",
+                    s.store_reads
+                );
+                assert!(
                     s.store_reads_overlapped > 0,
                     "{what}: past the cache, each piece's reads waited one for another: {s:#?}"
                 );
@@ -582,6 +587,61 @@ fn a_write_after_a_window_was_read_ahead_is_seen() {
                 }
                 off += PIECE as u64;
             }
+        }
+    });
+}
+
+/// A file that the budget could hold is a scan only once a stream has read a quarter of the
+/// budget: a pass from its start keeps that much cached, and the next pass finds it there. One
+/// larger than the budget is a scan from a pass's second call on.
+#[test]
+fn a_file_the_budget_could_hold_keeps_the_head_of_a_pass_cached() {
+    within("the head of a pass", || {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let path = make_file(dir.path(), LEN);
+        for (name, store) in stores(&path) {
+            let cache = Cache::new(CacheOptions::new(4 * LEN)).unwrap();
+            let m = cache
+                .map(store.clone(), path.to_str().unwrap(), MapOptions::new())
+                .unwrap();
+            let mut buf = vec![0u8; PIECE];
+            scan(name, &m, 0, LEN, PIECE, &mut buf);
+            let s = m.stats();
+            // A quarter of the budget is the whole file here: nothing read past the cache.
+            assert_eq!(s.bytes_read_past_cache, 0, "{name}: {s:#?}");
+            let hits = s.hits;
+            scan(name, &m, 0, LEN, PIECE, &mut buf);
+            let s = m.stats();
+            assert_eq!(
+                s.hits - hits,
+                BUFFERS,
+                "{name}: the second pass missed: {s:#?}"
+            );
+
+            // Half the file is a quarter of this budget: the first half stays cached (and what
+            // was read ahead of it before the pass became a scan).
+            let cache = Cache::new(CacheOptions::new(2 * LEN - 1)).unwrap();
+            let m = cache
+                .map(store.clone(), path.to_str().unwrap(), MapOptions::new())
+                .unwrap();
+            scan(name, &m, 0, LEN, PIECE, &mut buf);
+            let s = m.stats();
+            assert!(s.bytes_read_past_cache > 0, "{name}: {s:#?}");
+            assert!(s.bytes_read_past_cache <= LEN / 2, "{name}: {s:#?}");
+            let hits = s.hits;
+            scan(name, &m, 0, LEN / 2, PIECE, &mut buf);
+            let s = m.stats();
+            assert_eq!(s.hits - hits, BUFFERS / 2, "{name}: {s:#?}");
+
+            // Larger than the budget: a scan from the second piece.
+            let (_c, m) = map(store, &path, MapOptions::new());
+            scan(name, &m, 0, LEN, PIECE, &mut buf);
+            let s = m.stats();
+            assert_eq!(
+                s.bytes_read_past_cache,
+                LEN - PIECE as u64,
+                "{name}: {s:#?}"
+            );
         }
     });
 }

@@ -309,6 +309,10 @@ mod tests {
     fn systems_parse_and_bad_ones_say_why() {
         assert_eq!(parse_system("read:uring").unwrap(), (Via::Read, "uring"));
         assert_eq!(parse_system("pins").unwrap(), (Via::Pins, "file"));
+        assert_eq!(
+            parse_system("read-cached:direct").unwrap(),
+            (Via::ReadCached, "direct")
+        );
         assert!(parse_system("scan:file")
             .unwrap_err()
             .contains("unknown system"));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::claim::LoadClaim;
-use super::read_stream::{Next, MIN_WINDOW};
+use super::read_stream::{Next, ScanAfter, MIN_WINDOW};
 use super::{take_result, zero_tail, MappingCore};
 use crate::error::{Error, Result};
 use crate::io_worker::Job;
@@ -403,18 +403,22 @@ impl MappingCore {
     /// quarter of the budget (as pins' readahead), so a stream cannot evict itself.
     ///
     /// Returns whether the read is part of a scan, to read past the cache (`scan.rs`): with
-    /// [`crate::MapOptions::scan_bypass`], a stream that has read a quarter of the budget, in
-    /// a call of at least [`MIN_WINDOW`]. Smaller calls keep the cache and its readahead: on
-    /// an `O_DIRECT` store each would otherwise wait for a small read of its own.
+    /// [`crate::MapOptions::scan_bypass`], a call of at least [`MIN_WINDOW`] in a stream that
+    /// has read a quarter of the budget, or from its second call a stream that began at the
+    /// start of a mapping larger than the whole budget. Smaller calls keep the cache and its
+    /// readahead: on an `O_DIRECT` store each would otherwise wait for a small read of its own.
     fn read_ahead_of(self: &Arc<Self>, range: std::ops::Range<u64>) -> bool {
         let Some(streams) = &self.read_streams else {
             return false;
         };
         let budget = self.cache.budget.budget_bytes();
         let max = (budget / 4).min(MAX_READ_WINDOW);
-        let scan_after =
-            (self.scan_bypass && range.end - range.start >= MIN_WINDOW).then_some(budget / 4);
-        match streams.on_read(range, self.len, max, scan_after) {
+        let scan =
+            (self.scan_bypass && range.end - range.start >= MIN_WINDOW).then_some(ScanAfter {
+                bytes: budget / 4,
+                from_start: self.len > budget,
+            });
+        match streams.on_read(range, self.len, max, scan) {
             Next::Nothing => false,
             Next::Scan => true,
             Next::Load(ahead) => {

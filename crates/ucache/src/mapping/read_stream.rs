@@ -18,8 +18,9 @@
 //! header, `cat_file(path, 0, n)`), and on S3 a window read for nothing costs requests. A
 //! file read in pieces reads ahead from its second piece on.
 //!
-//! A stream that has run past a threshold (a quarter of the budget, given by the caller) is a
-//! scan: [`ReadStreams::on_read`] answers [`Next::Scan`] and loads nothing more into the
+//! A stream that has run past a threshold (a quarter of the budget, given by the caller), or
+//! that started at the object's first byte when the object is larger than the whole budget, is
+//! a scan: [`ReadStreams::on_read`] answers [`Next::Scan`] and loads nothing more into the
 //! cache, and the read takes what is not resident straight from the store
 //! ([`super::scan`]), as PostgreSQL's ring strategy keeps a sequential scan from flooding its
 //! buffer pool.
@@ -43,6 +44,16 @@ pub(super) enum Next {
     Load(Range<u64>),
     /// The stream is a scan: read what is not resident past the cache, and load nothing ahead.
     Scan,
+}
+
+/// When a stream becomes a scan ([`ReadStreams::on_read`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ScanAfter {
+    /// Bytes the stream has read before the call.
+    pub(super) bytes: u64,
+    /// A stream that started at offset 0 is a scan from its second call: the mapping is larger
+    /// than the cache's whole budget, so a pass over it from the start could not stay cached.
+    pub(super) from_start: bool,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -80,15 +91,14 @@ impl ReadStreams {
     }
 
     /// Notes a read of `range` and says what to do besides: load bytes ahead of it (never past
-    /// `len`, the mapping's length, and never a window above `max` bytes), or, once the
-    /// stream has read `scan_after` bytes or more before this call, read it as a scan (`None`:
-    /// never).
+    /// `len`, the mapping's length, and never a window above `max` bytes), or read it as a
+    /// scan once the stream is one by `scan` (`None`: never).
     pub(super) fn on_read(
         &self,
         range: Range<u64>,
         len: u64,
         max: u64,
-        scan_after: Option<u64>,
+        scan: Option<ScanAfter>,
     ) -> Next {
         let mut slots = self.inner.lock();
         slots.clock += 1;
@@ -118,7 +128,8 @@ impl ReadStreams {
         s.used = now;
         s.next = range.end;
         s.ahead = s.ahead.max(range.end);
-        if scan_after.is_some_and(|t| range.start - s.start >= t) {
+        if scan.is_some_and(|t| (t.from_start && s.start == 0) || range.start - s.start >= t.bytes)
+        {
             return Next::Scan;
         }
         let window = s.window.max(2 * asked).clamp(MIN_WINDOW, max);
@@ -243,7 +254,10 @@ mod tests {
     fn a_stream_past_its_threshold_is_a_scan_and_loads_nothing_more() {
         let r = ReadStreams::new();
         let m = 1 << 20;
-        let t = Some(3 * m);
+        let t = Some(ScanAfter {
+            bytes: 3 * m,
+            from_start: false,
+        });
         assert_eq!(r.on_read(0..m, LEN, MAX, t), Next::Nothing);
         assert_eq!(r.on_read(m..2 * m, LEN, MAX, t), Next::Load(2 * m..4 * m));
         assert_eq!(
@@ -265,7 +279,10 @@ mod tests {
     fn a_stream_that_starts_late_counts_from_its_own_start() {
         let r = ReadStreams::new();
         let m = 1 << 20;
-        let t = Some(2 * m);
+        let t = Some(ScanAfter {
+            bytes: 2 * m,
+            from_start: true,
+        });
         let at = 512 * m;
         assert_eq!(r.on_read(at..at + m, LEN, MAX, t), Next::Nothing);
         assert!(matches!(
@@ -274,6 +291,22 @@ mod tests {
         ));
         assert_eq!(r.on_read(at + 2 * m..at + 3 * m, LEN, MAX, t), Next::Scan);
         // Random reads never are.
-        assert_eq!(r.on_read(4 * m..5 * m, LEN, MAX, Some(0)), Next::Nothing);
+        let any = Some(ScanAfter {
+            bytes: 0,
+            from_start: true,
+        });
+        assert_eq!(r.on_read(4 * m..5 * m, LEN, MAX, any), Next::Nothing);
+    }
+
+    #[test]
+    fn a_pass_from_the_start_of_an_object_larger_than_the_budget_is_a_scan_at_once() {
+        let r = ReadStreams::new();
+        let m = 1 << 20;
+        let t = Some(ScanAfter {
+            bytes: 64 * m,
+            from_start: true,
+        });
+        assert_eq!(r.on_read(0..m, LEN, MAX, t), Next::Nothing);
+        assert_eq!(r.on_read(m..2 * m, LEN, MAX, t), Next::Scan);
     }
 }

@@ -184,3 +184,29 @@ impl MappingCore {
         first
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_join_adjacent_buffers_in_adjacent_memory_up_to_a_run() {
+        let bs = 4096;
+        let base = 0x10_0000usize;
+        // Buffers 0..40 in place, then 50 and 51 in place, then 52 elsewhere.
+        let index: Vec<u64> = (0..40).chain([50, 51, 52]).collect();
+        let dest: Vec<usize> = index
+            .iter()
+            .map(|&i| {
+                if i == 52 {
+                    0x90_0000
+                } else {
+                    base + i as usize * bs
+                }
+            })
+            .collect();
+        let spans = runs(index.len(), bs, |k| index[k], |k| dest[k] as *mut u8);
+        // 32 buffers of 4 KiB make one run of 128 KiB.
+        assert_eq!(spans, vec![(0, 32), (32, 8), (40, 2), (42, 1)]);
+    }
+}
