@@ -98,7 +98,7 @@ impl MappingCore {
             }
             // SAFETY: within `buf`, as first..first + bs lies within offset..end.
             let p = unsafe { base.add((first - offset) as usize) };
-            (unaligned_ok || (p as usize) % 4096 == 0).then_some(p)
+            (unaligned_ok || (p as usize).is_multiple_of(4096)).then_some(p)
         };
         let bounced = absent.iter().filter(|&&i| in_place(i).is_none()).count();
         if bounced == 0 {
