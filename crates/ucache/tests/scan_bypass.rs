@@ -645,3 +645,36 @@ fn a_file_the_budget_could_hold_keeps_the_head_of_a_pass_cached() {
         }
     });
 }
+
+/// Two scans of one mapping taking turns: the ring stays with the first (the other reads
+/// straight into its caller's memory), rather than each call throwing the other's windows
+/// away, so nothing is read twice over.
+#[test]
+fn two_scans_taking_turns_share_the_ring_without_rereading() {
+    within("two scans", || {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let path = make_file(dir.path(), LEN);
+        for (name, inner) in stores(&path) {
+            let (store, counts) = tally(inner, false);
+            let (_c, m) = map(store, &path, MapOptions::new());
+            let mut buf = vec![0u8; PIECE];
+            let half = LEN / 2;
+            let mut at = 0;
+            while at < half {
+                for off in [at, half + at] {
+                    m.read(off, &mut buf).unwrap();
+                    check(name, off, &buf);
+                }
+                at += PIECE as u64;
+            }
+            let (io, caller) = counts.get();
+            let s = m.stats();
+            assert!(s.bytes_read_past_cache > half, "{name}: {s:#?}");
+            // Each byte read once, give or take the windows a scan reads ahead of its end.
+            assert!(
+                io + caller <= LEN + BUDGET / 2,
+                "{name}: {io} + {caller} bytes read for {LEN}: {s:#?}"
+            );
+        }
+    });
+}

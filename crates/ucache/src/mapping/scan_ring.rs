@@ -9,7 +9,8 @@
 //! the budget each), reused for the whole scan, so no page is faulted in or dropped per read,
 //! and the bytes are copied once, from the ring to the caller, as `read(2)` copies from the
 //! page cache. One ring per mapping, used by one scan at a time; a second concurrent scan of
-//! the same mapping reads straight into its caller's memory.
+//! the same mapping reads straight into its caller's memory, and takes the ring over only once
+//! its owner has stopped (two of its calls in a row with none of the owner's between).
 //!
 //! Coherence: a buffer is read into a window only if its word says `Evicted` (nothing
 //! resident, loading, dirty or being written back), and the version the word had then is kept.
@@ -85,6 +86,8 @@ struct State {
     mem: Option<Arc<Region>>,
     /// Where the scan that owns the ring continues (its last call's end).
     next: u64,
+    /// Scan calls in a row that did not continue the owner: a second one takes the ring over.
+    strangers: u32,
     /// Issued windows, in file order.
     windows: VecDeque<Window>,
 }
@@ -110,6 +113,7 @@ impl ScanRing {
             state: Mutex::new(State {
                 mem: None,
                 next: u64::MAX,
+                strangers: 0,
                 windows: VecDeque::new(),
             }),
         }
@@ -142,8 +146,17 @@ impl MappingCore {
             return Vec::new();
         };
         let end = offset + buf.len() as u64;
-        if st.next != offset {
-            // Another scan's windows, or this one's after it skipped: start afresh.
+        if st.next == offset {
+            st.strangers = 0;
+        } else {
+            // Another scan's call. Two scans taking turns would each throw the other's windows
+            // away, so the ring stays with its owner while the owner goes on; the second stray
+            // call in a row (the owner stopped) takes it over.
+            st.strangers += 1;
+            if st.strangers < 2 && !st.windows.is_empty() {
+                return Vec::new();
+            }
+            st.strangers = 0;
             st.reset();
         }
         st.next = end;
