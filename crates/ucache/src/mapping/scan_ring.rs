@@ -8,7 +8,8 @@
 //! overlap without the cache's page lifecycle: two windows of up to 4 MiB (at most an eighth of
 //! the budget each), reused for the whole scan, so no page is faulted in or dropped per read,
 //! and the bytes are copied once, from the ring to the caller, as `read(2)` copies from the
-//! page cache. One ring per mapping, used by one scan at a time; a second concurrent scan of
+//! page cache. The memory is made on a scan's first call and unmapped when a scan reaches the
+//! mapping's end (or with the mapping). One ring per mapping, used by one scan at a time; a second concurrent scan of
 //! the same mapping reads straight into its caller's memory, and takes the ring over only once
 //! its owner has stopped (two of its calls in a row with none of the owner's between).
 //!
@@ -193,6 +194,11 @@ impl MappingCore {
             let n = (wb >> self.shift).min(self.buffers() - from);
             let w = self.issue_window(&mem, wb, half, from, n as usize);
             st.windows.push_back(w);
+        }
+        if st.windows.is_empty() {
+            // The scan reached the mapping's end: its memory goes back now rather than when
+            // the mapping is dropped (a program that scans many files once each keeps none).
+            st.mem = None;
         }
         served
     }
