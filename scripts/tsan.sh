@@ -34,7 +34,7 @@ export TSAN_OPTIONS="halt_on_error=1 abort_on_error=1 report_signal_unsafe=0 all
 tests=()
 for t in bad_input budget_edges durability evictor file_stores handler_threads memory_store \
   hostile_policies landing misbehaving_stores msync policy_edge_cases policy_library policy_live \
-  policy_safety prefetch protocol_edges stats_shards stress sync_failure weights; do
+  policy_safety prefetch protocol_edges scan_bypass stats_shards stress sync_failure weights; do
   tests+=(--test "$t")
 done
 cargo +"$toolchain" test -Zbuild-std --target "$target" -p ucache --lib "${tests[@]}"

@@ -264,6 +264,10 @@ typedef struct ucache_stats {
    */
   uint64_t bytes_written;
   /**
+   * Of `bytes_read`, bytes that sequential reads' scans read past the cache.
+   */
+  uint64_t bytes_read_past_cache;
+  /**
    * Buffers loaded by prefetch.
    */
   uint64_t prefetches;

@@ -137,6 +137,8 @@ pub struct ucache_stats {
     pub bytes_read: u64,
     /// Bytes written to stores.
     pub bytes_written: u64,
+    /// Of `bytes_read`, bytes that sequential reads' scans read past the cache.
+    pub bytes_read_past_cache: u64,
     /// Buffers loaded by prefetch.
     pub prefetches: u64,
     /// Prefetched buffers used before their eviction.
@@ -223,6 +225,7 @@ stats_from_snapshot!(
     budget_stalls,
     bytes_read,
     bytes_written,
+    bytes_read_past_cache,
     prefetches,
     prefetch_used,
     prefetch_wasted,

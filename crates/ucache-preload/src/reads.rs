@@ -223,7 +223,11 @@ fn map_file(fd: i32, st: &libc::stat, cfg: &Config) -> Option<ReadFile> {
             .len(size)
             .buffer_size(cfg.buffer_size)
             .weight(weight(size))
-            .placement(placement);
+            .placement(placement)
+            // Each pread loads its range into the cache first (`ensure_cached`, so that the
+            // file stays cached for the next process too): a scan never finds anything absent
+            // to read past the cache, and its ring would only read the file twice.
+            .scan_bypass(false);
         shim::with_policy(cfg, o)
     };
     let cache = shim::cache()?;

@@ -20,6 +20,7 @@ pub fn stats_dict<'py>(py: Python<'py>, s: &StatsSnapshot) -> PyResult<Bound<'py
     let d = PyDict::new(py);
     counters_dict!(d, s; hits, misses, waits, evictions, evictions_ahead, eviction_cancels,
         writebacks, writeback_failures, read_failures, budget_stalls, bytes_read, bytes_written,
+        bytes_read_past_cache,
         prefetches, prefetch_used, prefetch_wasted, bypasses, faults, write_faults, faults_timed,
         fault_ns, fault_evict_ns, fault_io_ns, fault_install_ns, fault_bookkeeping_ns, set_aside,
         restores, installs, installed_bytes, store_reads, store_reads_overlapped, marker_hits);

@@ -43,6 +43,9 @@ pub(crate) enum Job {
         mapping: Arc<dyn IoTarget>,
         indices: Vec<u64>,
     },
+    /// Reads into memory the job owns, which touch no buffer (a scan's window read into its
+    /// ring, `mapping/scan_ring.rs`): run as given.
+    Task(Box<dyn FnOnce() + Send>),
 }
 
 pub(crate) struct IoWorker {
@@ -136,6 +139,7 @@ fn serve(rx: Receiver<Job>) {
             Job::Writeback { mapping, indices } => {
                 mapping.write_claimed(&indices);
             }
+            Job::Task(f) => f(),
         }
     }
 }
@@ -150,5 +154,6 @@ fn run_alone(job: Job) {
         Job::Writeback { mapping, indices } => {
             mapping.write_claimed(&indices);
         }
+        Job::Task(f) => f(),
     }
 }

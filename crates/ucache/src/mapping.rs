@@ -61,6 +61,8 @@ mod pin;
 #[cfg(feature = "tokio")]
 mod pin_async;
 mod read_stream;
+mod scan;
+mod scan_ring;
 mod stream;
 mod sync_ledger;
 mod typed;
@@ -109,6 +111,10 @@ pub(crate) struct MappingCore {
     readahead: Option<ReadAhead>,
     /// Sequential [`Mapping::read`] calls' streams ([`MapOptions::readahead`]).
     read_streams: Option<read_stream::ReadStreams>,
+    /// Whether those streams read scans past the cache ([`MapOptions::scan_bypass`]).
+    scan_bypass: bool,
+    /// Where a scan reads ahead past the cache, on a store that does not read ahead itself.
+    scan_ring: Option<scan_ring::ScanRing>,
     writable: bool,
     resident: AtomicU64,
     /// [`MapOptions::weight`], for the global policy.
@@ -351,6 +357,9 @@ impl MappingCore {
             prefetching: policy.has_prefetching() || readahead.is_some(),
             readahead,
             read_streams: o.readahead.then(read_stream::ReadStreams::new),
+            scan_bypass: o.scan_bypass,
+            scan_ring: (o.readahead && o.scan_bypass && !obj.reads_ahead())
+                .then(scan_ring::ScanRing::new),
             policy,
             cache,
             object: obj,

@@ -84,6 +84,7 @@ impl fmt::Display for StatsSnapshot {
         if f.alternate() {
             let rest = [
                 ("bypasses", self.bypasses),
+                ("KiB read past the cache", self.bytes_read_past_cache >> 10),
                 ("faults", self.faults),
                 ("write faults", self.write_faults),
                 ("set aside", self.set_aside),

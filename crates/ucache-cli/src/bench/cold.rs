@@ -34,8 +34,9 @@ pub struct ColdArgs {
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
     /// Systems, comma-separated: std-fs (the baseline, always run), read:STORE (Mapping::read
-    /// in pieces), read-no-ra:STORE (the same with `readahead(false)`: each piece waits for
-    /// its own reads), pin-each:STORE (pin_each over every buffer, depth 64), ensure-pins:STORE
+    /// in pieces; a long run reads past the cache, `MapOptions::scan_bypass`), read-cached:STORE
+    /// (the same with `scan_bypass(false)`: every piece through the cache), read-no-ra:STORE
+    /// (with `readahead(false)`: no streams, each piece waits for its own reads), pin-each:STORE (pin_each over every buffer, depth 64), ensure-pins:STORE
     /// (ensure_cached of a piece, then a pin of each of its buffers), pins:STORE (a plain
     /// loop of pin_shared, relying on readahead); stores: file, direct, uring.
     #[arg(
@@ -53,6 +54,11 @@ pub struct ColdArgs {
     /// page per miss) instead of in place.
     #[arg(long)]
     pub pool: bool,
+    /// Read the pieces into 4 KiB-aligned memory (every system), so that a scan read past the
+    /// cache lands in it directly on `O_DIRECT` stores too; by default the pieces live in a
+    /// plain `Vec`, as most programs' do, which `O_DIRECT` stores read into through staging.
+    #[arg(long)]
+    pub aligned: bool,
     /// Data file (default: `/var/tmp/ucache-cold-<data>.dat`); on a real disk, not tmpfs.
     #[arg(long)]
     pub file: Option<PathBuf>,
@@ -63,6 +69,7 @@ pub struct ColdArgs {
 enum Via {
     StdFs,
     Read,
+    ReadCached,
     ReadNoReadahead,
     PinEach,
     EnsurePins,
@@ -74,6 +81,7 @@ fn parse_system(s: &str) -> Result<(Via, &str), String> {
     let via = match via {
         "std-fs" => Via::StdFs,
         "read" => Via::Read,
+        "read-cached" => Via::ReadCached,
         "read-no-ra" => Via::ReadNoReadahead,
         "pin-each" => Via::PinEach,
         "ensure-pins" => Via::EnsurePins,
@@ -114,29 +122,35 @@ fn check(bytes: &[u8], base: u64, bad: &mut u64) {
 }
 
 /// One cold pass; returns (seconds, words that did not check, ucache's store reads and
-/// overlapped ones).
+/// overlapped ones, bytes read past the cache).
 fn pass(
     args: &ColdArgs,
     path: &std::path::Path,
     via: Via,
     store: &str,
-) -> Result<(f64, u64, u64, u64), String> {
+) -> Result<(f64, u64, u64, u64, u64), String> {
     let piece = args.piece.max(4096) as usize;
     let mut bad = 0;
-    let mut buf = vec![0u8; piece];
+    let mut mem = vec![0u8; piece + 4096];
+    let skip = if args.aligned {
+        mem.as_ptr().align_offset(4096)
+    } else {
+        0
+    };
+    let buf = &mut mem[skip..skip + piece];
     if via == Via::StdFs {
         let t0 = Instant::now();
         let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
         let mut off = 0u64;
         loop {
-            let n = f.read(&mut buf).map_err(|e| e.to_string())?;
+            let n = f.read(buf).map_err(|e| e.to_string())?;
             if n == 0 {
                 break;
             }
             check(&buf[..n], off, &mut bad);
             off += n as u64;
         }
-        return Ok((t0.elapsed().as_secs_f64(), bad, 0, 0));
+        return Ok((t0.elapsed().as_secs_f64(), bad, 0, 0, 0));
     }
     let cache = Cache::new(CacheOptions::new(args.memory)).map_err(|e| e.to_string())?;
     let m: Mapping = cache
@@ -145,6 +159,7 @@ fn pass(
             path.to_str().unwrap(),
             MapOptions::new()
                 .readahead(via != Via::ReadNoReadahead)
+                .scan_bypass(via == Via::Read)
                 .placement(if args.pool {
                     Placement::Pool
                 } else {
@@ -156,7 +171,7 @@ fn pass(
     let bs = m.buffer_size() as u64;
     let t0 = Instant::now();
     match via {
-        Via::Read | Via::ReadNoReadahead => {
+        Via::Read | Via::ReadCached | Via::ReadNoReadahead => {
             let mut off = 0;
             while off < len {
                 let n = piece.min((len - off) as usize);
@@ -193,7 +208,13 @@ fn pass(
     }
     let secs = t0.elapsed().as_secs_f64();
     let s = m.stats();
-    Ok((secs, bad, s.store_reads, s.store_reads_overlapped))
+    Ok((
+        secs,
+        bad,
+        s.store_reads,
+        s.store_reads_overlapped,
+        s.bytes_read_past_cache,
+    ))
 }
 
 pub fn run(args: &ColdArgs) -> Result<u64, String> {
@@ -217,17 +238,19 @@ pub fn run(args: &ColdArgs) -> Result<u64, String> {
     }
     datafile::ensure(&path, args.data, |_| {}).map_err(|e| e.to_string())?;
     println!(
-        "{} sequential read of {} ({}), ucache budget {}, pieces of {}, {}",
+        "{} sequential read of {} ({}), ucache budget {}, pieces of {}{}, {}{}",
         if args.keep_page_cache { "warm" } else { "cold" },
         format_size(args.data),
         path.display(),
         format_size(args.memory),
         format_size(args.piece),
+        if args.aligned { " (4 KiB-aligned)" } else { "" },
         if args.keep_page_cache {
             "page cache kept"
         } else {
             "page cache dropped before each pass"
-        }
+        },
+        if args.pool { ", pool placement" } else { "" }
     );
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); systems.len()];
     let mut mismatches = 0;
@@ -237,7 +260,7 @@ pub fn run(args: &ColdArgs) -> Result<u64, String> {
             if !args.keep_page_cache {
                 drop_caches()?;
             }
-            let (secs, bad, reads, overlapped) = pass(args, &path, *via, store)?;
+            let (secs, bad, reads, overlapped, past) = pass(args, &path, *via, store)?;
             mismatches += bad;
             let mbs = args.data as f64 / secs / (1 << 20) as f64;
             if k == 0 {
@@ -246,10 +269,11 @@ pub fn run(args: &ColdArgs) -> Result<u64, String> {
             let ratio = mbs / base;
             ratios[k].push(ratio);
             println!(
-                "rep {rep} {:<18} {:>8.1} MiB/s  {:>5.2}x std-fs  store reads {reads} ({overlapped} overlapped){}",
+                "rep {rep} {:<18} {:>8.1} MiB/s  {:>5.2}x std-fs  store reads {reads} ({overlapped} overlapped), {} MiB past the cache{}",
                 name(*via, store),
                 mbs,
                 ratio,
+                past >> 20,
                 if bad > 0 { "  WRONG DATA" } else { "" }
             );
         }
@@ -268,6 +292,7 @@ fn name(via: Via, store: &str) -> String {
     let v = match via {
         Via::StdFs => return "std-fs".into(),
         Via::Read => "read",
+        Via::ReadCached => "read-cached",
         Via::ReadNoReadahead => "read-no-ra",
         Via::PinEach => "pin-each",
         Via::EnsurePins => "ensure-pins",
@@ -284,6 +309,10 @@ mod tests {
     fn systems_parse_and_bad_ones_say_why() {
         assert_eq!(parse_system("read:uring").unwrap(), (Via::Read, "uring"));
         assert_eq!(parse_system("pins").unwrap(), (Via::Pins, "file"));
+        assert_eq!(
+            parse_system("read-cached:direct").unwrap(),
+            (Via::ReadCached, "direct")
+        );
         assert!(parse_system("scan:file")
             .unwrap_err()
             .contains("unknown system"));

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::claim::LoadClaim;
+use super::read_stream::{Next, ScanAfter, MIN_WINDOW};
 use super::{take_result, zero_tail, MappingCore};
 use crate::error::{Error, Result};
 use crate::io_worker::Job;
@@ -193,20 +194,8 @@ impl MappingCore {
                 None => c.dest(),
             })
             .collect();
-        let run_max = (RUN_BYTES / self.bs).max(1);
         // (first claim, buffers) of each request.
-        let mut spans: Vec<(usize, usize)> = Vec::new();
-        for k in 0..claimed.len() {
-            if let Some((first, n)) = spans.last_mut() {
-                let follows = claimed[*first].index() + *n as u64 == claimed[k].index()
-                    && dests[*first].wrapping_add(*n * self.bs) == dests[k];
-                if follows && *n < run_max {
-                    *n += 1;
-                    continue;
-                }
-            }
-            spans.push((k, 1));
-        }
+        let spans = super::scan::runs(claimed.len(), self.bs, |k| claimed[k].index(), |k| dests[k]);
         let mut reqs: Vec<IoBuf> = spans
             .iter()
             // SAFETY: each destination is either the home of a Loading buffer claimed by us
@@ -363,10 +352,27 @@ impl MappingCore {
                 (from - offset) as usize..(to - offset) as usize,
             )
         };
-        self.read_ahead_of(offset..end);
+        // A scan reads what is absent past the cache first; the rest goes through it.
+        let mut past: Result<()> = Ok(());
+        let mut absent = Vec::new();
+        if self.read_ahead_of(offset..end) {
+            let mut b = buf.borrow_mut();
+            let served = self.read_from_ring(offset, &mut b[..]);
+            absent.extend(
+                r.clone()
+                    .filter(|&i| served.binary_search(&i).is_err() && self.absent(i)),
+            );
+            past = self.read_past_cache(&absent, offset, &mut b[..]);
+            // Neither those read now nor those the ring held go through the cache.
+            absent.extend(served);
+            absent.sort_unstable();
+        }
         let mut bypassed = 0;
         let mut around: Result<()> = Ok(());
         let mut admitted = r.filter(|&i| {
+            if absent.binary_search(&i).is_ok() {
+                return false;
+            }
             if around.is_err() || !self.bypass(i) {
                 return around.is_ok();
             }
@@ -385,21 +391,38 @@ impl MappingCore {
         });
         drop(admitted);
         self.stats().add(Counter::Bypasses, bypassed);
-        around.and(r)
+        past.and(around).and(r)
     }
 
     /// Loads the window ahead of a read of `range` on the IO threads if the read continues a
     /// sequential stream (`read_stream.rs`): issued before the read waits for its own range,
     /// so the next pieces load while this one is read and copied. A window is at most a
     /// quarter of the budget (as pins' readahead), so a stream cannot evict itself.
-    fn read_ahead_of(self: &Arc<Self>, range: std::ops::Range<u64>) {
+    ///
+    /// Returns whether the read is part of a scan, to read past the cache (`scan.rs`): with
+    /// [`crate::MapOptions::scan_bypass`], a call of at least [`MIN_WINDOW`] in a stream that
+    /// has read a quarter of the budget, or from its second call a stream that began at the
+    /// start of a mapping larger than the whole budget. Smaller calls keep the cache and its
+    /// readahead: on an `O_DIRECT` store each would otherwise wait for a small read of its own.
+    fn read_ahead_of(self: &Arc<Self>, range: std::ops::Range<u64>) -> bool {
         let Some(streams) = &self.read_streams else {
-            return;
+            return false;
         };
-        let max = (self.cache.budget.budget_bytes() / 4).min(MAX_READ_WINDOW);
-        if let Some(ahead) = streams.on_read(range, self.len, max) {
-            // Only advice: an unmapping mapping refuses it, and the read goes on regardless.
-            let _ = self.prefetch_range(ahead.start, ahead.end - ahead.start);
+        let budget = self.cache.budget.budget_bytes();
+        let max = (budget / 4).min(MAX_READ_WINDOW);
+        let scan =
+            (self.scan_bypass && range.end - range.start >= MIN_WINDOW).then_some(ScanAfter {
+                bytes: budget / 4,
+                from_start: self.len > budget,
+            });
+        match streams.on_read(range, self.len, max, scan) {
+            Next::Nothing => false,
+            Next::Scan => true,
+            Next::Load(ahead) => {
+                // Only advice: an unmapping mapping refuses it, and the read goes on regardless.
+                let _ = self.prefetch_range(ahead.start, ahead.end - ahead.start);
+                false
+            }
         }
     }
 

@@ -84,7 +84,9 @@ impl Mapping {
     /// not [admit](crate::policy::Policy::admit) is read straight from the store into `buf`
     /// and not cached (cache_ext's admission filter), so a one-off pass over cold data leaves
     /// the cache as it was. Calls that read on from where an earlier one ended read ahead of
-    /// the reader, as `read(2)` does ([`MapOptions::readahead`](crate::MapOptions::readahead)).
+    /// the reader, as `read(2)` does ([`MapOptions::readahead`](crate::MapOptions::readahead)),
+    /// and once such a stream is a long scan, its missing buffers are read past the cache
+    /// straight into `buf` ([`MapOptions::scan_bypass`](crate::MapOptions::scan_bypass)).
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.core.read_into(offset, buf)
     }

@@ -37,6 +37,7 @@ pub struct MapOptions {
     pub(super) fault_hook: Option<FaultHook>,
     pub(super) track_access: bool,
     pub(super) readahead: bool,
+    pub(super) scan_bypass: bool,
     pub(super) weight: u32,
     pub(super) placement: Placement,
     pub(super) before_writeback: Option<super::hooks::BeforeWriteback>,
@@ -56,6 +57,7 @@ impl Default for MapOptions {
             fault_hook: None,
             track_access: false,
             readahead: true,
+            scan_bypass: true,
             weight: 1,
             placement: Placement::InPlace,
             before_writeback: None,
@@ -184,6 +186,31 @@ impl MapOptions {
     /// `readahead(false)` turns it off: each pin miss then reads its one buffer.
     pub fn readahead(mut self, on: bool) -> Self {
         self.readahead = on;
+        self
+    }
+    /// Whether a long sequential [`Mapping::read`](crate::Mapping::read) stream reads past the
+    /// cache (on by default; it needs [`MapOptions::readahead`], whose streams find it).
+    ///
+    /// Once a stream of calls, each starting where the last ended, has read a quarter of the
+    /// cache's budget, it is a scan: from then on, each of its calls of 128 KiB or more reads
+    /// the buffers that are not resident from the store straight into the caller's memory
+    /// (through a staging copy where the caller's memory or the range's ends do not suit an
+    /// `O_DIRECT` store), and loads nothing into the cache; resident buffers are still copied
+    /// from the cache. As PostgreSQL's ring strategy for sequential scans: a file read once
+    /// from end to end no longer evicts what others use, and its bytes skip the cache's page
+    /// lifecycle (a fresh page per miss, and a second copy), which made a cold scan through
+    /// the cache run at about half the speed of `std::fs` wherever the CPU, not the device,
+    /// was the limit. Counted in
+    /// [`StatsSnapshot::bytes_read_past_cache`](crate::StatsSnapshot::bytes_read_past_cache).
+    ///
+    /// Only a buffer that is absent, with nothing loading, dirty, or being written back or
+    /// evicted, is read past the cache, so a read sees every write that completed through the
+    /// mapping before it began. The price: a file larger than a quarter of the budget that is
+    /// read sequentially twice is read from the store twice. Keep it cached with
+    /// `scan_bypass(false)`, or read it through pins or
+    /// [`Mapping::ensure_cached`](crate::Mapping::ensure_cached), which a scan never bypasses.
+    pub fn scan_bypass(mut self, on: bool) -> Self {
+        self.scan_bypass = on;
         self
     }
     /// What a transparent mapping does when a fault cannot be served (an IO error, a write to

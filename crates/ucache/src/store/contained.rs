@@ -56,6 +56,13 @@ impl Object for Contained {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         contain(|| self.0.read_at(buf, offset))
     }
+    /// A store that panics here is taken to need aligned memory, which every store accepts.
+    fn accepts_unaligned(&self) -> bool {
+        contain(|| Ok(self.0.accepts_unaligned())).unwrap_or(false)
+    }
+    fn reads_ahead(&self) -> bool {
+        contain(|| Ok(self.0.reads_ahead())).unwrap_or(false)
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         contain(|| self.0.write_at(buf, offset))
     }

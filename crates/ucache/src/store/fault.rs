@@ -294,6 +294,14 @@ impl Object for FaultObject {
         self.inner.set_len(len)
     }
 
+    fn accepts_unaligned(&self) -> bool {
+        self.inner.accepts_unaligned()
+    }
+
+    fn reads_ahead(&self) -> bool {
+        self.inner.reads_ahead()
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.config.read_delay();
         match self.config.next_read() {

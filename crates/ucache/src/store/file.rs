@@ -233,6 +233,16 @@ impl Object for FileObject {
         self.file.set_len(len)
     }
 
+    /// Buffered files read into any memory; `O_DIRECT` ones need it aligned.
+    fn accepts_unaligned(&self) -> bool {
+        !self.direct
+    }
+
+    /// Buffered files have the kernel's readahead; `O_DIRECT` ones nothing.
+    fn reads_ahead(&self) -> bool {
+        !self.direct
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         read_full(
             |b, off| {

@@ -115,6 +115,13 @@ impl Object for MemoryObject {
         let len = usize::try_from(len).map_err(|_| too_large())?;
         grow(&mut self.bytes.data.write(), len)
     }
+    fn accepts_unaligned(&self) -> bool {
+        true
+    }
+    /// Memory has no latency to hide: a scan copies straight from it.
+    fn reads_ahead(&self) -> bool {
+        true
+    }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         let data = self.bytes.data.read();
         let start = usize::try_from(offset)

@@ -213,6 +213,23 @@ pub trait Object: Send + Sync + 'static {
     /// than `buf.len()` only at the end of the object.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
 
+    /// Whether reads may land in memory at any address, not only 4 KiB-aligned (a buffered file,
+    /// memory): then a scan read past the cache ([`crate::MapOptions::scan_bypass`]) reads into
+    /// the caller's memory as it is, not through a staging copy. The default, `false`, is what
+    /// `O_DIRECT` needs; offsets and lengths stay whole buffers either way.
+    fn accepts_unaligned(&self) -> bool {
+        false
+    }
+
+    /// Whether the store reads ahead of sequential reads itself (a buffered file: the kernel's
+    /// readahead). A scan read past the cache ([`crate::MapOptions::scan_bypass`]) then reads
+    /// each call's bytes straight into the caller's memory; on a store that does not (the
+    /// default: `O_DIRECT`, io_uring, object stores), it reads the next windows into a small
+    /// ring of its own in the background, so that the device never idles between calls.
+    fn reads_ahead(&self) -> bool {
+        false
+    }
+
     /// Writes all of `buf` at `offset`.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
 

@@ -227,6 +227,12 @@ impl Object for UringObject {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.file.read_at(buf, offset)
     }
+    fn accepts_unaligned(&self) -> bool {
+        self.file.accepts_unaligned()
+    }
+    fn reads_ahead(&self) -> bool {
+        self.file.reads_ahead()
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.file.write_at(buf, offset)
     }
