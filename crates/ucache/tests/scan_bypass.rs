@@ -678,3 +678,98 @@ fn two_scans_taking_turns_share_the_ring_without_rereading() {
         }
     });
 }
+
+/// An object that, on its first read covering byte `at` once armed, reads the request, runs
+/// `hook` (which rewrites that part of the object through the mapping), then reads the second
+/// half of the buffer at `at` again: the first half old, the second new, as a store read may
+/// return when it races a write-back of the same range.
+struct Tearing {
+    inner: Arc<dyn Object>,
+    at: u64,
+    armed: Arc<AtomicBool>,
+    hook: Arc<std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>>,
+}
+
+impl Object for Tearing {
+    forward_object!(inner: name, len, set_len, write_at, sync);
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let n = self.inner.read_at(buf, offset)?;
+        let covers = (offset..offset + n as u64).contains(&self.at);
+        if covers && self.armed.swap(false, Ordering::SeqCst) {
+            (self.hook.get().expect("hook set"))();
+            let half = (self.at - offset) as usize + BS / 2;
+            self.inner
+                .read_at(&mut buf[half..n], offset + half as u64)?;
+        }
+        Ok(n)
+    }
+    fn accepts_unaligned(&self) -> bool {
+        true
+    }
+    fn reads_ahead(&self) -> bool {
+        // The scan reads on the caller's thread, past the cache, with no ring.
+        true
+    }
+}
+
+/// A buffer loaded, rewritten and written back while a scan read it past the cache (the
+/// store's read returning half of each version) is copied through the cache instead: a read
+/// never returns a buffer torn between two versions. Without the word's check after the read,
+/// the scan returned the torn bytes.
+#[test]
+fn a_buffer_written_back_while_a_scan_reads_it_past_the_cache_is_not_torn() {
+    within("a torn read", || {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let path = make_file(dir.path(), LEN);
+        let at = 3 * LEN / 4;
+        let armed = Arc::new(AtomicBool::new(false));
+        let hook: Arc<std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>> = Default::default();
+        let (a, h) = (armed.clone(), hook.clone());
+        let store = WrapStore::new(Arc::new(FileStore::new()), move |obj| {
+            Arc::new(Tearing {
+                inner: obj,
+                at,
+                armed: a.clone(),
+                hook: h.clone(),
+            }) as Arc<dyn Object>
+        });
+        let cache = Cache::new(CacheOptions::new(BUDGET)).unwrap();
+        let o = MapOptions::new().writable(true);
+        let m = Arc::new(
+            cache
+                .map(Arc::new(store), path.to_str().unwrap(), o)
+                .unwrap(),
+        );
+        let weak = Arc::downgrade(&m);
+        let new = [0xC3u8; BS];
+        let _ = hook.set(Box::new(move || {
+            let m = weak.upgrade().expect("mapping alive");
+            // On another thread, as a concurrent writer would be: load, rewrite, write back
+            // and evict the buffer while the scan's store read is halfway through it.
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    m.write(at, &new).unwrap();
+                    m.evict(at, BS as u64).unwrap();
+                })
+                .join()
+                .unwrap();
+            });
+        }));
+        let mut buf = vec![0u8; PIECE];
+        scan("torn", &m, 0, at - at % PIECE as u64, PIECE, &mut buf);
+        armed.store(true, Ordering::SeqCst);
+        m.read(at - at % PIECE as u64, &mut buf).unwrap();
+        assert!(
+            !armed.load(Ordering::SeqCst),
+            "the scan did not read the buffer"
+        );
+        assert!(m.stats().bytes_read_past_cache > 0);
+        let k = (at % PIECE as u64) as usize;
+        assert!(
+            buf[k..k + BS].iter().all(|&b| b == 0xC3),
+            "the buffer at {at} came back torn: {:?}...{:?}",
+            &buf[k..k + 8],
+            &buf[k + BS - 8..k + BS]
+        );
+    });
+}

@@ -358,12 +358,21 @@ impl MappingCore {
         if self.read_ahead_of(offset..end) {
             let mut b = buf.borrow_mut();
             let served = self.read_from_ring(offset, &mut b[..]);
-            absent.extend(
-                r.clone()
-                    .filter(|&i| served.binary_search(&i).is_err() && self.absent(i)),
-            );
+            let seen: Vec<_> = r
+                .clone()
+                .filter(|i| served.binary_search(i).is_err())
+                .filter_map(|i| Some((i, self.absent(i)?)))
+                .collect();
+            absent.extend(seen.iter().map(|&(i, _)| i));
             past = self.read_past_cache(&absent, offset, &mut b[..]);
-            // Neither those read now nor those the ring held go through the cache.
+            // Neither those read now nor those the ring held go through the cache, unless
+            // someone loaded one while it was read: that one is copied through the cache.
+            absent.clear();
+            absent.extend(
+                seen.into_iter()
+                    .filter(|&(i, w)| self.still(i, w))
+                    .map(|(i, _)| i),
+            );
             absent.extend(served);
             absent.sort_unstable();
         }
@@ -373,6 +382,7 @@ impl MappingCore {
             if absent.binary_search(&i).is_ok() {
                 return false;
             }
+            let seen = self.state(i).load();
             if around.is_err() || !self.bypass(i) {
                 return around.is_ok();
             }
@@ -381,7 +391,9 @@ impl MappingCore {
             let (within, dst) = piece(i);
             around = self.read_around(i, within, &mut buf.borrow_mut()[dst]);
             bypassed += 1;
-            false
+            // Loaded by someone while it was read: copied through the cache instead, as a scan's
+            // buffers are (`scan.rs`).
+            around.is_ok() && !self.still(i, seen)
         });
         let r = self.pin_each(&mut admitted, READ_DEPTH, &mut |i, bytes| {
             let (within, dst) = piece(i);

@@ -14,14 +14,15 @@
 //! `Cached` until its write-back has landed and only then claimed `Evicting` and dropped
 //! (`evict.rs`), so an `Evicted` word (read with acquire) means the store holds every write
 //! that completed through the mapping before this read began; a resident, loading or evicting
-//! buffer is copied through the cache as before. A write that starts after the check races the
-//! read, which may see either value, as a read through pins may.
+//! buffer is copied through the cache as before. A buffer whose word changed while its bytes
+//! were read (someone loaded it, and may have written it back as the read ran) is read again
+//! through the cache, so a read never returns a buffer torn between two versions.
 
 use super::batch::{run_part, RUN_BYTES};
 use super::{take_result, MappingCore};
 use crate::error::Result;
 use crate::staging::with_staging;
-use crate::state::Phase;
+use crate::state::{Phase, Word};
 use crate::stats::Counter;
 use crate::store::IoBuf;
 
@@ -55,10 +56,21 @@ pub(super) fn runs(
 }
 
 impl MappingCore {
-    /// Whether buffer `i` may be read past the cache: nothing of it is resident, loading,
-    /// dirty or being written back or evicted.
-    pub(super) fn absent(&self, i: u64) -> bool {
-        self.state(i).load().phase() == Phase::Evicted
+    /// Buffer `i`'s word if the buffer may be read past the cache: nothing of it is resident,
+    /// loading, dirty or being written back or evicted. The caller keeps the word to check,
+    /// once the read is done, that nobody loaded the buffer meanwhile ([`Self::still`]).
+    pub(super) fn absent(&self, i: u64) -> Option<Word> {
+        let w = self.state(i).load();
+        (w.phase() == Phase::Evicted).then_some(w)
+    }
+
+    /// Whether buffer `i`'s word is still `seen`: nobody loaded it since. A load, and so any
+    /// write and write-back that followed it, ends with an eviction or an undone claim, both
+    /// of which bump the version; so bytes read past the cache between [`Self::absent`] and
+    /// this check could not have met a write-back of the same buffer halfway (a store read
+    /// racing a store write may return part of each).
+    pub(super) fn still(&self, i: u64, seen: Word) -> bool {
+        self.state(i).load() == seen
     }
 
     /// Reads buffers `absent` (ascending, each overlapping the range) of a read of `buf.len()`
