@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ucache::store::FaultStore;
-use ucache::store::{FileStore, Object, Store, UringOptions, UringStore};
+use ucache::store::{FileStore, Object, Store};
 use ucache::{Cache, CacheOptions, Error, MapOptions, Mapping};
 
 mod common;
-use common::store::{forward_object, WrapStore};
+use common::store::{forward_object, local_stores, WrapStore};
 use common::within;
 
 const BS: usize = 4096;
@@ -38,20 +38,6 @@ fn make_file(dir: &std::path::Path, len: u64) -> std::path::PathBuf {
     v.truncate(len as usize);
     std::fs::write(&p, v).unwrap();
     p
-}
-
-/// The local stores this machine has (pread, `O_DIRECT` pread, io_uring `O_DIRECT`).
-fn stores(path: &std::path::Path) -> Vec<(&'static str, Arc<dyn Store>)> {
-    let mut v: Vec<(&str, Arc<dyn Store>)> = vec![("pread", Arc::new(FileStore::new()))];
-    match FileStore::direct().open(path.to_str().unwrap(), Default::default()) {
-        Ok(_) => v.push(("pread-direct", Arc::new(FileStore::direct()))),
-        Err(e) => eprintln!("O_DIRECT unavailable here, skipping it: {e}"),
-    }
-    match UringStore::new(UringOptions::default()) {
-        Ok(u) => v.push(("uring", Arc::new(u))),
-        Err(e) => eprintln!("io_uring unavailable, skipping it: {e}"),
-    }
-    v
 }
 
 fn map(store: Arc<dyn Store>, path: &std::path::Path, o: MapOptions) -> (Cache, Mapping) {
@@ -93,7 +79,7 @@ fn a_long_stream_reads_past_the_cache_on_every_local_store() {
     within("scans on every store", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let path = make_file(dir.path(), LEN);
-        for (name, store) in stores(&path) {
+        for (name, store) in local_stores(&path) {
             // Aligned memory (read in place on every store) and memory 8 bytes off (read
             // through staging on `O_DIRECT` stores, in place on the buffered one).
             for skew in [0, 8] {
@@ -143,7 +129,7 @@ fn short_streams_random_reads_small_pieces_and_no_readahead_never_read_past_the_
     within("no scans", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let path = make_file(dir.path(), LEN);
-        for (name, store) in stores(&path) {
+        for (name, store) in local_stores(&path) {
             let mut buf = vec![0u8; PIECE];
             // A stream shorter than a quarter of the budget, twice (the second from the cache).
             let (_c, m) = map(store.clone(), &path, MapOptions::new());
@@ -193,7 +179,7 @@ fn unaligned_pieces_and_a_partial_last_buffer_read_right() {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let len = LEN + 100;
         let path = make_file(dir.path(), len);
-        for (name, store) in stores(&path) {
+        for (name, store) in local_stores(&path) {
             for piece in [PIECE + 8, PIECE - 4096 + 1] {
                 let (_c, m) = map(store.clone(), &path, MapOptions::new());
                 let (mut mem, at) = skewed(piece, 3);
@@ -215,7 +201,7 @@ fn a_scan_reads_dirty_buffers_from_the_cache() {
     within("dirty buffers in a scan", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let path = make_file(dir.path(), LEN);
-        for (name, store) in stores(&path) {
+        for (name, store) in local_stores(&path) {
             make_file(dir.path(), LEN);
             let cache = Cache::new(CacheOptions::new(BUDGET)).unwrap();
             let m = cache
@@ -320,7 +306,7 @@ fn concurrent_writers_and_scans_stress_every_word_verified() {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let path = make_file(dir.path(), LEN);
         const GEN_SHIFT: u32 = 40;
-        for (name, store) in stores(&path) {
+        for (name, store) in local_stores(&path) {
             // Each store starts from the file as made: the last one's writes were written back.
             make_file(dir.path(), LEN);
             let cache = Cache::new(CacheOptions::new(BUDGET)).unwrap();
@@ -508,7 +494,7 @@ fn a_scan_reads_ahead_into_its_ring_unless_the_store_reads_ahead_itself() {
     within("scan rings", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let path = make_file(dir.path(), LEN);
-        for (name, inner) in stores(&path) {
+        for (name, inner) in local_stores(&path) {
             let (store, counts) = tally(inner.clone(), false);
             let (_c, m) = map(store, &path, MapOptions::new());
             let mut buf = vec![0u8; PIECE];
@@ -547,7 +533,7 @@ fn a_write_after_a_window_was_read_ahead_is_seen() {
     within("stale ring bytes", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let path = make_file(dir.path(), LEN);
-        for (name, inner) in stores(&path) {
+        for (name, inner) in local_stores(&path) {
             make_file(dir.path(), LEN);
             let (store, counts) = tally(inner, false);
             let cache = Cache::new(CacheOptions::new(BUDGET)).unwrap();
@@ -599,7 +585,7 @@ fn a_file_the_budget_could_hold_keeps_the_head_of_a_pass_cached() {
     within("the head of a pass", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let path = make_file(dir.path(), LEN);
-        for (name, store) in stores(&path) {
+        for (name, store) in local_stores(&path) {
             let cache = Cache::new(CacheOptions::new(4 * LEN)).unwrap();
             let m = cache
                 .map(store.clone(), path.to_str().unwrap(), MapOptions::new())
@@ -654,7 +640,7 @@ fn two_scans_taking_turns_share_the_ring_without_rereading() {
     within("two scans", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let path = make_file(dir.path(), LEN);
-        for (name, inner) in stores(&path) {
+        for (name, inner) in local_stores(&path) {
             let (store, counts) = tally(inner, false);
             let (_c, m) = map(store, &path, MapOptions::new());
             let mut buf = vec![0u8; PIECE];

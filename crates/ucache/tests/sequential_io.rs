@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use ucache::policy::prefetch::{Callback, WithPrefetch};
 use ucache::policy::Clock;
-use ucache::store::{FileStore, Store, UringOptions, UringStore};
+use ucache::store::{FileStore, Store};
 use ucache::{Cache, CacheOptions, MapOptions, Mapping, Placement, StatsSnapshot};
 
 mod common;
+use common::store::local_stores;
 use common::within;
 
 const BS: usize = 4096;
@@ -28,21 +29,6 @@ fn make_file(dir: &std::path::Path) -> std::path::PathBuf {
     }
     std::fs::write(&p, v).unwrap();
     p
-}
-
-/// The local stores this machine has: a file system without `O_DIRECT`, or a kernel without
-/// io_uring, leaves its store out (and says so).
-fn stores(path: &std::path::Path) -> Vec<(&'static str, Arc<dyn Store>)> {
-    let mut v: Vec<(&str, Arc<dyn Store>)> = vec![("pread", Arc::new(FileStore::new()))];
-    match FileStore::direct().open(path.to_str().unwrap(), Default::default()) {
-        Ok(_) => v.push(("pread-direct", Arc::new(FileStore::direct()))),
-        Err(e) => eprintln!("O_DIRECT unavailable here, skipping it: {e}"),
-    }
-    match UringStore::new(UringOptions::default()) {
-        Ok(u) => v.push(("uring", Arc::new(u))),
-        Err(e) => eprintln!("io_uring unavailable, skipping it: {e}"),
-    }
-    v
 }
 
 fn map(store: Arc<dyn Store>, path: &std::path::Path, o: MapOptions) -> (Cache, Mapping) {
@@ -90,7 +76,7 @@ fn a_cold_mapping_read_is_coalesced_and_overlapped_on_every_local_store() {
     within("cold Mapping::read on every store", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let path = make_file(dir.path());
-        for (name, store) in stores(&path) {
+        for (name, store) in local_stores(&path) {
             // Through the cache: with the default `scan_bypass`, a pass from the start of a
             // file larger than the budget reads past it from its second piece on, coalesced
             // and overlapped too (tests/scan_bypass.rs), but counted apart.
@@ -120,7 +106,7 @@ fn sequential_mapping_reads_read_ahead_across_calls_on_every_local_store() {
         let path = make_file(dir.path());
         let mut piece = vec![0u8; 64 << 10];
         let pieces = BUFFERS * BS as u64 / piece.len() as u64;
-        for (name, store) in stores(&path) {
+        for (name, store) in local_stores(&path) {
             let (_c, m) = map(store.clone(), &path, MapOptions::new());
             for k in 0..pieces {
                 let off = k * piece.len() as u64;
@@ -159,7 +145,7 @@ fn a_cold_pin_each_is_coalesced_and_overlapped_on_every_local_store() {
     within("cold pin_each on every store", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let path = make_file(dir.path());
-        for (name, store) in stores(&path) {
+        for (name, store) in local_stores(&path) {
             let (_c, m) = map(store, &path, MapOptions::new());
             let mut seen = vec![false; BUFFERS as usize];
             m.pin_each(0..BUFFERS, 64, |i, bytes| {
@@ -181,7 +167,7 @@ fn ensure_cached_batches_are_coalesced_and_overlapped_on_every_local_store() {
     within("cold ensure_cached on every store", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let path = make_file(dir.path());
-        for (name, store) in stores(&path) {
+        for (name, store) in local_stores(&path) {
             let (_c, m) = map(store, &path, MapOptions::new());
             let chunk = 256u64;
             for first in (0..BUFFERS).step_by(chunk as usize) {
@@ -207,7 +193,7 @@ fn a_loop_of_pins_reads_ahead_by_default_on_every_local_store() {
         let path = make_file(dir.path());
         let window = BUDGET / BS as u64 / 4;
         for placement in [Placement::InPlace, Placement::Pool] {
-            for (name, store) in stores(&path) {
+            for (name, store) in local_stores(&path) {
                 let (_c, m) = map(store, &path, MapOptions::new().placement(placement));
                 for _pass in 0..2 {
                     for i in 0..BUFFERS {
@@ -242,7 +228,7 @@ fn a_loop_of_pins_reads_ahead_by_default_on_every_local_store() {
 fn readahead_false_keeps_a_loop_of_pins_from_prefetching() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let path = make_file(dir.path());
-    for (name, store) in stores(&path) {
+    for (name, store) in local_stores(&path) {
         let (_c, m) = map(store, &path, MapOptions::new().readahead(false));
         for i in 0..BUFFERS {
             check(name, i * BS as u64, &m.pin_shared(i).unwrap());

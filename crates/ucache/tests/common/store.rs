@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use ucache::store::{Object, OpenOptions, Store};
+use ucache::store::{FileStore, Object, OpenOptions, Store, UringOptions, UringStore};
 
 /// A store that opens each object through `inner` and hands it to `wrap`, which returns the
 /// test's own object around it.
@@ -73,3 +73,19 @@ macro_rules! forward_object {
     };
 }
 pub(crate) use forward_object;
+
+/// The local stores this machine has for the file at `path` (pread, `O_DIRECT` pread, io_uring
+/// `O_DIRECT`): a file system without `O_DIRECT`, or a kernel without io_uring, leaves its
+/// store out (and says so).
+pub fn local_stores(path: &std::path::Path) -> Vec<(&'static str, Arc<dyn Store>)> {
+    let mut v: Vec<(&str, Arc<dyn Store>)> = vec![("pread", Arc::new(FileStore::new()))];
+    match FileStore::direct().open(path.to_str().unwrap(), Default::default()) {
+        Ok(_) => v.push(("pread-direct", Arc::new(FileStore::direct()))),
+        Err(e) => eprintln!("O_DIRECT unavailable here, skipping it: {e}"),
+    }
+    match UringStore::new(UringOptions::default()) {
+        Ok(u) => v.push(("uring", Arc::new(u))),
+        Err(e) => eprintln!("io_uring unavailable, skipping it: {e}"),
+    }
+    v
+}
