@@ -9,21 +9,10 @@ use ucache::store::{FileStore, Store, UringOptions, UringStore};
 use ucache::{Cache, CacheOptions, MapOptions, Mapping};
 
 mod common;
-use common::within;
+use common::{offset_file, within};
 
 const BS: usize = 4096;
 const BUFFERS: u64 = 2048;
-
-/// Every 8-byte word holds its own byte offset, as in `ucache bench` data files.
-fn make_file(dir: &std::path::Path) -> std::path::PathBuf {
-    let p = dir.join("data");
-    let mut v = Vec::with_capacity(BUFFERS as usize * BS);
-    for o in (0..BUFFERS * BS as u64).step_by(8) {
-        v.extend_from_slice(&o.to_le_bytes());
-    }
-    std::fs::write(&p, v).unwrap();
-    p
-}
 
 fn stores() -> Vec<(&'static str, Arc<dyn Store>)> {
     let mut v: Vec<(&str, Arc<dyn Store>)> = vec![
@@ -40,7 +29,7 @@ fn stores() -> Vec<(&'static str, Arc<dyn Store>)> {
 #[test]
 fn random_reads_out_of_memory_match_the_file() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let path = make_file(dir.path());
+    let path = offset_file(dir.path(), BUFFERS * BS as u64);
     for (name, store) in stores() {
         let cache = Cache::new(CacheOptions::new(BUFFERS * BS as u64 / 8).batch(32)).unwrap();
         let m = cache
@@ -92,7 +81,7 @@ fn random_reads_out_of_memory_match_the_file() {
 #[test]
 fn writes_reach_the_file_after_msync_and_eviction() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let path = make_file(dir.path());
+    let path = offset_file(dir.path(), BUFFERS * BS as u64);
     for (name, store) in stores() {
         let cache = Cache::new(CacheOptions::new(128 * BS as u64).batch(16)).unwrap();
         let m = cache
@@ -131,7 +120,7 @@ fn writes_reach_the_file_after_msync_and_eviction() {
 #[test]
 fn pin_each_streams_visit_every_buffer_once_with_its_bytes() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let path = make_file(dir.path());
+    let path = offset_file(dir.path(), BUFFERS * BS as u64);
     for (name, store) in stores() {
         let cache = Cache::new(CacheOptions::new(BUFFERS * BS as u64 / 8).batch(16)).unwrap();
         let m = cache
@@ -189,7 +178,7 @@ fn pin_each_streams_visit_every_buffer_once_with_its_bytes() {
 #[test]
 fn pin_each_deeper_than_the_budget_pauses_instead_of_failing() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let path = make_file(dir.path());
+    let path = offset_file(dir.path(), BUFFERS * BS as u64);
     for (name, store) in stores() {
         let cache = Cache::new(CacheOptions::new(4 * BS as u64).batch(1)).unwrap();
         let m = cache
@@ -221,7 +210,7 @@ fn pin_each_deeper_than_the_budget_pauses_instead_of_failing() {
 #[test]
 fn pin_each_callback_pinning_a_buffer_of_its_own_stream_is_refused_not_a_hang() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let path = make_file(dir.path());
+    let path = offset_file(dir.path(), BUFFERS * BS as u64);
     let mem = ucache::store::MemoryStore::new();
     mem.insert(path.to_str().unwrap(), std::fs::read(&path).unwrap());
     let mut all = stores();
@@ -266,7 +255,7 @@ fn run_neighbour_walk(name: &'static str, store: Arc<dyn Store>, path: std::path
 #[test]
 fn pin_each_callback_panic_settles_the_reads_in_flight() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let path = make_file(dir.path());
+    let path = offset_file(dir.path(), BUFFERS * BS as u64);
     for (name, store) in stores() {
         let path = path.clone();
         within(name, move || {

@@ -13,21 +13,13 @@ use ucache::{Cache, CacheOptions, MapOptions, Placement};
 
 mod common;
 use common::store::forward_object;
-use common::{until, within};
+use common::{offset_words, until, within};
 
 const BS: usize = 4096;
 const CHUNK: u64 = 2 << 20;
 
 fn pool() -> MapOptions {
     MapOptions::new().placement(Placement::Pool)
-}
-
-/// Every 8-byte word holds its own byte offset, as in `ucache bench` data files.
-fn offsets(buffers: u64, bs: usize) -> Vec<u8> {
-    (0..buffers * bs as u64)
-        .step_by(8)
-        .flat_map(|o| o.to_le_bytes())
-        .collect()
 }
 
 fn word(b: &[u8], k: usize) -> u64 {
@@ -58,7 +50,7 @@ fn stores(dir: &std::path::Path, data: &[u8]) -> Vec<(&'static str, Arc<dyn Stor
 #[test]
 fn every_explicit_primitive_works_on_a_pool_mapping() {
     let buffers = 8 * CHUNK / BS as u64;
-    let data = offsets(buffers, BS);
+    let data = offset_words(buffers * BS as u64);
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     for (name, store, object) in stores(dir.path(), &data) {
         let cache = Cache::new(CacheOptions::new(CHUNK).batch(16)).unwrap();
@@ -128,7 +120,7 @@ fn every_explicit_primitive_works_on_a_pool_mapping() {
 fn misses_reuse_frames_and_the_pool_stays_put() {
     let buffers = 16 * 2 * CHUNK / BS as u64;
     let s = MemoryStore::new();
-    s.insert("o", offsets(buffers, BS));
+    s.insert("o", offset_words(buffers * BS as u64));
     let cache = Cache::new(CacheOptions::new(2 * CHUNK).batch(32)).unwrap();
     let m = cache.map(Arc::new(s), "o", pool()).unwrap();
     let mut rng = SmallRng::seed_from_u64(1);
@@ -157,9 +149,9 @@ fn memory_moves_between_pool_and_in_place_mappings_in_chunks() {
     let budget = 4 * CHUNK;
     let cache = Cache::new(CacheOptions::new(budget).batch_bytes(128 << 10)).unwrap();
     let small = MemoryStore::new();
-    small.insert("o", offsets(budget / BS as u64 * 2, BS));
+    small.insert("o", offset_words(budget / BS as u64 * 2 * BS as u64));
     let big = MemoryStore::new();
-    big.insert("o", offsets(budget / (16 << 10) * 2, 16 << 10));
+    big.insert("o", offset_words(budget / (16 << 10) * 2 * (16 << 10)));
     let p = cache.map(Arc::new(small), "o", pool()).unwrap();
     let q = cache
         .map(Arc::new(big), "o", MapOptions::new().buffer_size(16 << 10))
@@ -209,7 +201,7 @@ fn optimistic_readers_never_validate_a_reused_frame() {
         // One chunk of frames for 8 chunks of data: every few misses reuse a frame.
         let buffers = 8 * CHUNK / BS as u64;
         let s = MemoryStore::new();
-        s.insert("o", offsets(buffers, BS));
+        s.insert("o", offset_words(buffers * BS as u64));
         let cache = Cache::new(CacheOptions::new(CHUNK).batch(8)).unwrap();
         let m = cache.map(Arc::new(s), "o", pool()).unwrap();
         let stop = AtomicBool::new(false);
@@ -256,7 +248,7 @@ fn optimistic_readers_never_validate_a_reused_frame() {
 #[test]
 fn adjacent_misses_in_adjacent_frames_are_read_as_runs() {
     let buffers = 2 * CHUNK / BS as u64;
-    let data = offsets(buffers, BS);
+    let data = offset_words(buffers * BS as u64);
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     for (name, store, object) in stores(dir.path(), &data) {
         let cache = Cache::new(CacheOptions::new(4 * CHUNK)).unwrap();
@@ -334,7 +326,7 @@ fn a_stream_that_ends_early_leaves_no_claim_carried_for_the_next_run() {
         let store = common::store::WrapStore::new(
             Arc::new({
                 let s = MemoryStore::new();
-                s.insert("o", offsets(buffers, BS));
+                s.insert("o", offset_words(buffers * BS as u64));
                 s
             }),
             move |inner| {

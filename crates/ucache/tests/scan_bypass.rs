@@ -13,7 +13,7 @@ use ucache::{Cache, CacheOptions, Error, MapOptions, Mapping};
 
 mod common;
 use common::store::{forward_object, local_stores, WrapStore};
-use common::within;
+use common::{offset_file, within};
 
 const BS: usize = 4096;
 /// 8 MiB of data under a 4 MiB budget: a stream is a scan after 1 MiB.
@@ -25,19 +25,6 @@ const PIECE: usize = 256 << 10;
 /// The word at byte `o` (8-aligned) of the file: its own offset.
 fn word(o: u64) -> u64 {
     o
-}
-
-/// A file of `len` bytes whose every 8-byte word holds its own offset (a tail shorter than a
-/// word holds that word's first bytes).
-fn make_file(dir: &std::path::Path, len: u64) -> std::path::PathBuf {
-    let p = dir.join("data");
-    let mut v = Vec::with_capacity(len as usize + 8);
-    for o in (0..len).step_by(8) {
-        v.extend_from_slice(&word(o).to_le_bytes());
-    }
-    v.truncate(len as usize);
-    std::fs::write(&p, v).unwrap();
-    p
 }
 
 fn map(store: Arc<dyn Store>, path: &std::path::Path, o: MapOptions) -> (Cache, Mapping) {
@@ -78,7 +65,7 @@ fn skewed(len: usize, skew: usize) -> (Vec<u8>, usize) {
 fn a_long_stream_reads_past_the_cache_on_every_local_store() {
     within("scans on every store", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path(), LEN);
+        let path = offset_file(dir.path(), LEN);
         for (name, store) in local_stores(&path) {
             // Aligned memory (read in place on every store) and memory 8 bytes off (read
             // through staging on `O_DIRECT` stores, in place on the buffered one).
@@ -128,7 +115,7 @@ fn a_long_stream_reads_past_the_cache_on_every_local_store() {
 fn short_streams_random_reads_small_pieces_and_no_readahead_never_read_past_the_cache() {
     within("no scans", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path(), LEN);
+        let path = offset_file(dir.path(), LEN);
         for (name, store) in local_stores(&path) {
             let mut buf = vec![0u8; PIECE];
             // A stream shorter than a quarter of the budget, twice (the second from the cache).
@@ -178,7 +165,7 @@ fn unaligned_pieces_and_a_partial_last_buffer_read_right() {
     within("unaligned scans", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let len = LEN + 100;
-        let path = make_file(dir.path(), len);
+        let path = offset_file(dir.path(), len);
         for (name, store) in local_stores(&path) {
             for piece in [PIECE + 8, PIECE - 4096 + 1] {
                 let (_c, m) = map(store.clone(), &path, MapOptions::new());
@@ -200,9 +187,9 @@ fn unaligned_pieces_and_a_partial_last_buffer_read_right() {
 fn a_scan_reads_dirty_buffers_from_the_cache() {
     within("dirty buffers in a scan", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path(), LEN);
+        let path = offset_file(dir.path(), LEN);
         for (name, store) in local_stores(&path) {
-            make_file(dir.path(), LEN);
+            offset_file(dir.path(), LEN);
             let cache = Cache::new(CacheOptions::new(BUDGET)).unwrap();
             let m = cache
                 .map(
@@ -258,7 +245,7 @@ fn a_scan_reads_dirty_buffers_from_the_cache() {
 fn failed_and_short_reads_past_the_cache_are_the_typed_errors_of_a_miss() {
     within("errors in a scan", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path(), LEN);
+        let path = offset_file(dir.path(), LEN);
         let faults = Arc::new(FaultStore::new(Arc::new(FileStore::new())));
         let (_c, m) = map(faults.clone(), &path, MapOptions::new());
         let mut buf = vec![0u8; PIECE];
@@ -304,11 +291,11 @@ fn failed_and_short_reads_past_the_cache_are_the_typed_errors_of_a_miss() {
 fn concurrent_writers_and_scans_stress_every_word_verified() {
     within("writers and scans", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path(), LEN);
+        let path = offset_file(dir.path(), LEN);
         const GEN_SHIFT: u32 = 40;
         for (name, store) in local_stores(&path) {
             // Each store starts from the file as made: the last one's writes were written back.
-            make_file(dir.path(), LEN);
+            offset_file(dir.path(), LEN);
             let cache = Cache::new(CacheOptions::new(BUDGET)).unwrap();
             let m = Arc::new(
                 cache
@@ -493,7 +480,7 @@ fn tally(inner: Arc<dyn Store>, reads_ahead: bool) -> (Arc<dyn Store>, Arc<Count
 fn a_scan_reads_ahead_into_its_ring_unless_the_store_reads_ahead_itself() {
     within("scan rings", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path(), LEN);
+        let path = offset_file(dir.path(), LEN);
         for (name, inner) in local_stores(&path) {
             let (store, counts) = tally(inner.clone(), false);
             let (_c, m) = map(store, &path, MapOptions::new());
@@ -532,9 +519,9 @@ fn a_scan_reads_ahead_into_its_ring_unless_the_store_reads_ahead_itself() {
 fn a_write_after_a_window_was_read_ahead_is_seen() {
     within("stale ring bytes", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path(), LEN);
+        let path = offset_file(dir.path(), LEN);
         for (name, inner) in local_stores(&path) {
-            make_file(dir.path(), LEN);
+            offset_file(dir.path(), LEN);
             let (store, counts) = tally(inner, false);
             let cache = Cache::new(CacheOptions::new(BUDGET)).unwrap();
             let m = cache
@@ -584,7 +571,7 @@ fn a_write_after_a_window_was_read_ahead_is_seen() {
 fn a_file_the_budget_could_hold_keeps_the_head_of_a_pass_cached() {
     within("the head of a pass", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path(), LEN);
+        let path = offset_file(dir.path(), LEN);
         for (name, store) in local_stores(&path) {
             let cache = Cache::new(CacheOptions::new(4 * LEN)).unwrap();
             let m = cache
@@ -639,7 +626,7 @@ fn a_file_the_budget_could_hold_keeps_the_head_of_a_pass_cached() {
 fn two_scans_taking_turns_share_the_ring_without_rereading() {
     within("two scans", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path(), LEN);
+        let path = offset_file(dir.path(), LEN);
         for (name, inner) in local_stores(&path) {
             let (store, counts) = tally(inner, false);
             let (_c, m) = map(store, &path, MapOptions::new());
@@ -706,7 +693,7 @@ impl Object for Tearing {
 fn a_buffer_written_back_while_a_scan_reads_it_past_the_cache_is_not_torn() {
     within("a torn read", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path(), LEN);
+        let path = offset_file(dir.path(), LEN);
         let at = 3 * LEN / 4;
         let armed = Arc::new(AtomicBool::new(false));
         let hook: Arc<std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>> = Default::default();

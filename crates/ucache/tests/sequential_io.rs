@@ -13,23 +13,12 @@ use ucache::{Cache, CacheOptions, MapOptions, Mapping, Placement, StatsSnapshot}
 
 mod common;
 use common::store::local_stores;
-use common::within;
+use common::{offset_file, within};
 
 const BS: usize = 4096;
 /// 8 MiB of data under a 4 MiB budget: the scan evicts as it goes.
 const BUFFERS: u64 = 2048;
 const BUDGET: u64 = BUFFERS * BS as u64 / 2;
-
-/// Every 8-byte word holds its own byte offset.
-fn make_file(dir: &std::path::Path) -> std::path::PathBuf {
-    let p = dir.join("data");
-    let mut v = Vec::with_capacity(BUFFERS as usize * BS);
-    for o in (0..BUFFERS * BS as u64).step_by(8) {
-        v.extend_from_slice(&o.to_le_bytes());
-    }
-    std::fs::write(&p, v).unwrap();
-    p
-}
 
 fn map(store: Arc<dyn Store>, path: &std::path::Path, o: MapOptions) -> (Cache, Mapping) {
     let cache = Cache::new(CacheOptions::new(BUDGET)).unwrap();
@@ -75,7 +64,7 @@ fn coalesced_and_overlapped(name: &str, what: &str, s: &StatsSnapshot) {
 fn a_cold_mapping_read_is_coalesced_and_overlapped_on_every_local_store() {
     within("cold Mapping::read on every store", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path());
+        let path = offset_file(dir.path(), BUFFERS * BS as u64);
         for (name, store) in local_stores(&path) {
             // Through the cache: with the default `scan_bypass`, a pass from the start of a
             // file larger than the budget reads past it from its second piece on, coalesced
@@ -103,7 +92,7 @@ fn a_cold_mapping_read_is_coalesced_and_overlapped_on_every_local_store() {
 fn sequential_mapping_reads_read_ahead_across_calls_on_every_local_store() {
     within("Mapping::read streams on every store", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path());
+        let path = offset_file(dir.path(), BUFFERS * BS as u64);
         let mut piece = vec![0u8; 64 << 10];
         let pieces = BUFFERS * BS as u64 / piece.len() as u64;
         for (name, store) in local_stores(&path) {
@@ -144,7 +133,7 @@ fn sequential_mapping_reads_read_ahead_across_calls_on_every_local_store() {
 fn a_cold_pin_each_is_coalesced_and_overlapped_on_every_local_store() {
     within("cold pin_each on every store", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path());
+        let path = offset_file(dir.path(), BUFFERS * BS as u64);
         for (name, store) in local_stores(&path) {
             let (_c, m) = map(store, &path, MapOptions::new());
             let mut seen = vec![false; BUFFERS as usize];
@@ -166,7 +155,7 @@ fn a_cold_pin_each_is_coalesced_and_overlapped_on_every_local_store() {
 fn ensure_cached_batches_are_coalesced_and_overlapped_on_every_local_store() {
     within("cold ensure_cached on every store", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path());
+        let path = offset_file(dir.path(), BUFFERS * BS as u64);
         for (name, store) in local_stores(&path) {
             let (_c, m) = map(store, &path, MapOptions::new());
             let chunk = 256u64;
@@ -190,7 +179,7 @@ fn ensure_cached_batches_are_coalesced_and_overlapped_on_every_local_store() {
 fn a_loop_of_pins_reads_ahead_by_default_on_every_local_store() {
     within("pin loop with readahead", || {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        let path = make_file(dir.path());
+        let path = offset_file(dir.path(), BUFFERS * BS as u64);
         let window = BUDGET / BS as u64 / 4;
         for placement in [Placement::InPlace, Placement::Pool] {
             for (name, store) in local_stores(&path) {
@@ -227,7 +216,7 @@ fn a_loop_of_pins_reads_ahead_by_default_on_every_local_store() {
 #[test]
 fn readahead_false_keeps_a_loop_of_pins_from_prefetching() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let path = make_file(dir.path());
+    let path = offset_file(dir.path(), BUFFERS * BS as u64);
     for (name, store) in local_stores(&path) {
         let (_c, m) = map(store, &path, MapOptions::new().readahead(false));
         for i in 0..BUFFERS {
@@ -244,7 +233,7 @@ fn readahead_false_keeps_a_loop_of_pins_from_prefetching() {
 #[test]
 fn a_prefetching_policy_replaces_the_default_readahead() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let path = make_file(dir.path());
+    let path = offset_file(dir.path(), BUFFERS * BS as u64);
     let store: Arc<dyn Store> = Arc::new(FileStore::new());
     let silent = WithPrefetch::new(Clock::new(), Callback::new("silent", |_, _| {}));
     let (_c, m) = map(

@@ -71,6 +71,24 @@ pub fn under_tsan() -> bool {
     std::env::var_os("UCACHE_TSAN").is_some_and(|v| v == "1")
 }
 
+/// `len` bytes whose every 8-byte word holds its own byte offset, as in `ucache bench` data
+/// files (a tail shorter than a word holds that word's first bytes): a misplaced or stale
+/// word shows.
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn offset_words(len: u64) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..len).step_by(8).flat_map(u64::to_le_bytes).collect();
+    v.truncate(len as usize);
+    v
+}
+
+/// A file `dir/data` of [`offset_words`].
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn offset_file(dir: &std::path::Path, len: u64) -> std::path::PathBuf {
+    let p = dir.join("data");
+    std::fs::write(&p, offset_words(len)).unwrap();
+    p
+}
+
 /// A store holding object `name` of `buffers` 4 KiB buffers, every byte of buffer `i` holding
 /// `i` (mod 256), so a misplaced buffer shows.
 #[allow(dead_code)] // not every test binary that shares this module uses it
