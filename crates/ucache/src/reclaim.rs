@@ -168,6 +168,7 @@ impl Registry {
         let mut order = Vec::with_capacity(list.len());
         global.choose_eviction_mappings(&usage, &mut order);
         let mut evicted = 0;
+        let mut freed = 0;
         let mut left: Option<u64> = None;
         for i in order {
             let Some(m) = list.get(i) else { continue };
@@ -178,8 +179,12 @@ impl Registry {
             }
             let n = m.evict_some(bytes.div_ceil(bs) as usize);
             evicted += n;
-            self.evicted_bytes.fetch_add(n * bs, Relaxed);
+            freed += n * bs;
             left = Some(bytes.saturating_sub(n * bs));
+        }
+        // The clock moves once per round, and only when the round freed something.
+        if freed > 0 {
+            self.evicted_bytes.fetch_add(freed, Relaxed);
         }
         evicted
     }

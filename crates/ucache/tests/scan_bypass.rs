@@ -13,7 +13,7 @@ use ucache::{Cache, CacheOptions, Error, MapOptions, Mapping};
 
 mod common;
 use common::store::{forward_object, local_stores, WrapStore};
-use common::{offset_file, within};
+use common::{assert_coalesced_and_overlapped, offset_file, within};
 
 const BS: usize = 4096;
 /// 8 MiB of data under a 4 MiB budget: a stream is a scan after 1 MiB.
@@ -87,15 +87,7 @@ fn a_long_stream_reads_past_the_cache_on_every_local_store() {
                     "{what}: {s:#?}"
                 );
                 assert!(m.resident() * BS as u64 <= BUDGET / 2, "{what}: {s:#?}");
-                assert!(
-                    s.store_reads * 4 <= BUFFERS,
-                    "{what}: {} requests for {BUFFERS} buffers: not coalesced",
-                    s.store_reads
-                );
-                assert!(
-                    s.store_reads_overlapped > 0,
-                    "{what}: past the cache, each piece's reads waited one for another: {s:#?}"
-                );
+                assert_coalesced_and_overlapped(&what, &s, BUFFERS);
 
                 // Without `scan_bypass` the same stream fills the cache, as before.
                 let (_c, m) = map(store.clone(), &path, MapOptions::new().scan_bypass(false));

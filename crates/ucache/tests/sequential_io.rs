@@ -13,7 +13,7 @@ use ucache::{Cache, CacheOptions, MapOptions, Mapping, Placement, StatsSnapshot}
 
 mod common;
 use common::store::local_stores;
-use common::{offset_file, within};
+use common::{assert_coalesced_and_overlapped, offset_file, within};
 
 const BS: usize = 4096;
 /// 8 MiB of data under a 4 MiB budget: the scan evicts as it goes.
@@ -49,15 +49,7 @@ fn coalesced_and_overlapped(name: &str, what: &str, s: &StatsSnapshot) {
         "{name} {what}: {s:#?}"
     );
     assert!(s.store_reads > 0, "{name} {what}: {s:#?}");
-    assert!(
-        s.store_reads * 4 <= BUFFERS,
-        "{name} {what}: {} requests for {BUFFERS} buffers: not coalesced",
-        s.store_reads
-    );
-    assert!(
-        s.store_reads_overlapped > 0,
-        "{name} {what}: every read waited for the one before: {s:#?}"
-    );
+    assert_coalesced_and_overlapped(&format!("{name} {what}"), s, BUFFERS);
 }
 
 #[test]

@@ -89,6 +89,22 @@ pub fn offset_file(dir: &std::path::Path, len: u64) -> std::path::PathBuf {
     p
 }
 
+/// The reads behind `s` (statistics of a pass over `buffers` buffers) were coalesced (at
+/// least four buffers per request on average) and overlapped (some requests outstanding
+/// together).
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn assert_coalesced_and_overlapped(what: &str, s: &ucache::StatsSnapshot, buffers: u64) {
+    assert!(
+        s.store_reads * 4 <= buffers,
+        "{what}: {} requests for {buffers} buffers: not coalesced",
+        s.store_reads
+    );
+    assert!(
+        s.store_reads_overlapped > 0,
+        "{what}: every read waited for the one before: {s:#?}"
+    );
+}
+
 /// A store holding object `name` of `buffers` 4 KiB buffers, every byte of buffer `i` holding
 /// `i` (mod 256), so a misplaced buffer shows.
 #[allow(dead_code)] // not every test binary that shares this module uses it
