@@ -258,3 +258,8 @@ def test_an_idle_file_gives_way_unless_shares_are_kept(tmp_path: Path):
     assert all(m > 0 for m in kept), kept
     idle = _scan_misses(tmp_path / "idle", **run)
     assert idle[-1] == 0, idle
+
+
+def test_keep_idle_shares_takes_a_bool():
+    with pytest.raises(TypeError):
+        ucache.Cache("1MiB", keep_idle_shares="yes")
