@@ -99,11 +99,14 @@ start)
   "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}
 JSON
   mkdir -p "$dir/data"
-  # -volume.max and a small volume size keep the preallocated space small; weed must outlive
+  # -volume.max and a small volume size keep the preallocated space small (16 volumes of 256 MB:
+  # 4 GB in all; a benchmark that uploads more, such as several rounds of TPC-H at scale factor
+  # 1, sets UCACHE_S3_VOLUMES higher, or weed answers PutObject with InternalError once they are
+  # full); weed must outlive
   # this script, so it is started in its own session with its output in DIR/weed.log.
   setsid "$weed" server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$dir/data" \
     -master.port="$master" -master.port.grpc="$master_grpc" \
-    -volume.port="$volume" -volume.port.grpc="$volume_grpc" -volume.max=16 \
+    -volume.port="$volume" -volume.port.grpc="$volume_grpc" -volume.max="${UCACHE_S3_VOLUMES:-16}" \
     -volume.preStopSeconds=0 -master.volumeSizeLimitMB=256 \
     -filer -filer.port="$filer" -filer.port.grpc="$filer_grpc" \
     -s3 -s3.port="$s3" -s3.port.grpc="$s3_grpc" -s3.config="$dir/s3.json" \

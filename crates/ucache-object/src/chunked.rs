@@ -50,7 +50,7 @@ use tokio::sync::Semaphore;
 use ucache::store::{IoBuf, Object, OpenOptions};
 use ucache::{Error, Result};
 
-use crate::coalesce::coalesce;
+use crate::coalesce::{coalesce, Coalesce};
 use crate::config::S3Config;
 use crate::error::{dup, no_such_bucket, open_error, to_io};
 use crate::manifest::valid_chunk_size;
@@ -83,7 +83,7 @@ pub struct ChunkedObject {
     manifest: Mutex<()>,
     writable: bool,
     in_flight: usize,
-    coalesce_limit: usize,
+    coalescing: Coalesce,
     /// Serializes writers of the same chunk (striped by chunk index).
     stripes: Vec<Mutex<()>>,
 }
@@ -170,7 +170,7 @@ impl ChunkedObject {
             manifest: Mutex::new(()),
             writable: options.write || options.create,
             in_flight: cfg.in_flight(),
-            coalesce_limit: cfg.coalesce_bytes(),
+            coalescing: cfg.coalescing(),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
         };
         if fresh {
@@ -456,7 +456,7 @@ impl Object for ChunkedObject {
                 .iter()
                 .map(|&k| (pieces[k].start, pieces[k].len))
                 .collect();
-            for run in coalesce(&local, self.coalesce_limit) {
+            for run in coalesce(&local, self.coalescing) {
                 let members = run.members.iter().map(|&m| ks[m]).collect();
                 gets.push((chunk, run.start, run.end, members));
             }

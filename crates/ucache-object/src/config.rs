@@ -17,6 +17,13 @@ use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 use tokio::sync::Semaphore;
 use ucache::{Error, Result};
 
+use crate::coalesce::Coalesce;
+
+/// [`S3Config::coalesce_gap`]'s default: 1 MiB, below the time-to-first-byte × bandwidth
+/// product of both AWS S3 (~30 ms × ~100 MB/s per connection) and a server on the same host
+/// (~2.5 ms × ~1 GB/s, docs/results/2026-11-26-s3-gaps).
+pub const DEFAULT_COALESCE_GAP: usize = 1 << 20;
+
 /// A bucket and key (or key prefix) plus everything needed to talk to the server.
 ///
 /// ```
@@ -45,7 +52,7 @@ pub struct S3Config {
     max_retries: usize,
     retry_timeout: Duration,
     max_in_flight: usize,
-    coalesce_limit: usize,
+    coalesce: Coalesce,
     runtime_threads: usize,
 }
 
@@ -74,7 +81,10 @@ impl S3Config {
             max_retries: 3,
             retry_timeout: Duration::from_secs(10),
             max_in_flight: 64,
-            coalesce_limit: 8 << 20,
+            coalesce: Coalesce {
+                limit: 8 << 20,
+                gap: DEFAULT_COALESCE_GAP,
+            },
             runtime_threads: 2,
         })
     }
@@ -147,9 +157,18 @@ impl S3Config {
         self
     }
 
-    /// Largest GET that adjacent misses are merged into.
+    /// Largest GET that the misses of one batch are merged into.
     pub fn coalesce_limit(mut self, bytes: usize) -> Self {
-        self.coalesce_limit = bytes;
+        self.coalesce.limit = bytes;
+        self
+    }
+
+    /// Largest gap between two misses of one batch that a GET reads through (dropping the
+    /// gap's bytes) rather than split into two GETs ([`crate::coalesce`]). Worth it up to
+    /// about the server's time to first byte times its bandwidth; 0 merges only misses that
+    /// touch. Default [`DEFAULT_COALESCE_GAP`].
+    pub fn coalesce_gap(mut self, bytes: usize) -> Self {
+        self.coalesce.gap = bytes;
         self
     }
 
@@ -172,8 +191,8 @@ impl S3Config {
     pub(crate) fn in_flight(&self) -> usize {
         self.max_in_flight
     }
-    pub(crate) fn coalesce_bytes(&self) -> usize {
-        self.coalesce_limit
+    pub(crate) fn coalescing(&self) -> Coalesce {
+        self.coalesce
     }
     pub(crate) fn threads(&self) -> usize {
         self.runtime_threads

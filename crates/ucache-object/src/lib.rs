@@ -3,7 +3,8 @@
 //! Kept out of the core crate so that programs without object stores never build tokio,
 //! reqwest or TLS. Two layouts (see [`S3Store`]):
 //! - [`S3Object`]: one existing object, read-only, ETag-checked, misses fetched by ranged GETs
-//!   with adjacent misses of a batch coalesced and many requests in flight;
+//!   with the misses of a batch merged into few GETs (across gaps up to [`S3Config::coalesce_gap`])
+//!   and many requests in flight;
 //! - [`ChunkedObject`]: a read-write object stored as fixed-size chunk objects under a prefix
 //!   plus a manifest; write-back PUTs whole chunks and `msync` returns once they are
 //!   acknowledged.
@@ -26,6 +27,6 @@ mod runtime;
 mod store;
 
 pub use chunked::{ChunkedObject, DEFAULT_CHUNK_SIZE};
-pub use config::{redact_endpoint, S3Config};
+pub use config::{redact_endpoint, S3Config, DEFAULT_COALESCE_GAP};
 pub use readonly::S3Object;
 pub use store::S3Store;

@@ -33,10 +33,10 @@ use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use tokio::sync::Semaphore;
-use ucache::store::{IoBuf, Object};
+use ucache::store::{IoBuf, Object, StoreRequests};
 use ucache::Result;
 
-use crate::coalesce::coalesce;
+use crate::coalesce::{coalesce, Coalesce};
 use crate::config::S3Config;
 use crate::error::{changed, dup, missing_object, to_io};
 use crate::runtime::Runtime;
@@ -50,8 +50,9 @@ pub struct S3Object {
     etag: Option<String>,
     rt: Arc<Runtime>,
     in_flight: usize,
-    coalesce_limit: usize,
+    coalescing: Coalesce,
     gets: AtomicU64,
+    bytes_got: AtomicU64,
     in_flight_now: Arc<AtomicU64>,
     in_flight_peak: Arc<AtomicU64>,
 }
@@ -102,8 +103,9 @@ impl S3Object {
             etag: meta.e_tag,
             rt,
             in_flight: cfg.in_flight(),
-            coalesce_limit: cfg.coalesce_bytes(),
+            coalescing: cfg.coalescing(),
             gets: AtomicU64::new(0),
+            bytes_got: AtomicU64::new(0),
             in_flight_now: Arc::default(),
             in_flight_peak: Arc::default(),
         })
@@ -125,6 +127,12 @@ impl S3Object {
     pub fn reset_peak_gets_in_flight(&self) {
         let now = self.in_flight_now.load(Ordering::Relaxed);
         self.in_flight_peak.store(now, Ordering::Relaxed);
+    }
+
+    /// Counts `gets` requests for `bytes` in all, as they are issued.
+    fn count(&self, gets: u64, bytes: u64) {
+        self.gets.fetch_add(gets, Ordering::Relaxed);
+        self.bytes_got.fetch_add(bytes, Ordering::Relaxed);
     }
 
     /// The ETag the object had when it was opened.
@@ -149,7 +157,10 @@ impl S3Object {
             );
             return ranges.iter().map(|_| Err(dup(&e))).collect();
         }
-        self.gets.fetch_add(ranges.len() as u64, Ordering::Relaxed);
+        self.count(
+            ranges.len() as u64,
+            ranges.iter().map(|r| r.end - r.start).sum(),
+        );
         let sem = Arc::new(Semaphore::new(self.in_flight));
         self.rt.block_on(async {
             let handles: Vec<_> = ranges
@@ -237,6 +248,13 @@ impl Object for S3Object {
         Ok(())
     }
 
+    fn requests(&self) -> Option<StoreRequests> {
+        Some(StoreRequests {
+            reads: self.gets.load(Ordering::Relaxed),
+            bytes_read: self.bytes_got.load(Ordering::Relaxed),
+        })
+    }
+
     /// The async miss's read ([`ucache::Mapping::pin_shared_async`]): one ranged GET, with
     /// the same ETag and length checks as a batch, run on this store's runtime and awaited
     /// from the caller's, so the caller's thread is free while it is in flight. Not on the
@@ -249,7 +267,7 @@ impl Object for S3Object {
         if n == 0 {
             return Box::pin(async { Ok(Vec::new()) });
         }
-        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.count(1, n);
         let (client, path, name) = (self.client.clone(), self.path.clone(), self.name.clone());
         let etag = self.etag.clone();
         let (now, peak) = (self.in_flight_now.clone(), self.in_flight_peak.clone());
@@ -274,7 +292,7 @@ impl Object for S3Object {
                 (r.offset(), (r.len() as u64).min(avail) as usize)
             })
             .collect();
-        let runs = coalesce(&spans, self.coalesce_limit);
+        let runs = coalesce(&spans, self.coalescing);
         let ranges: Vec<Range<u64>> = runs.iter().map(|r| r.start..r.end).collect();
         let fetched = self.get_ranges(&ranges);
         out.clear();

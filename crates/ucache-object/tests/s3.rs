@@ -56,37 +56,75 @@ fn pinned_reads_match_an_independent_upload() {
     assert!(st.evictions > 0 && st.misses > 0, "{st:?}");
 }
 
+/// Reads buffers `order` of `key` (each `BS`, at its own index) as one batch through `cfg`;
+/// returns the object's request counts and the memory read into (buffers not asked for left
+/// zero).
+fn read_one_batch(
+    cfg: S3Config,
+    key: &str,
+    order: &[u64],
+) -> (ucache::store::StoreRequests, Vec<u8>) {
+    use ucache::store::{IoBuf, Object};
+    let store = S3Store::new(cfg).unwrap();
+    let o = store.open_object(key).unwrap();
+    let mut mem = vec![0u8; 16 * BS];
+    let base = mem.as_mut_ptr();
+    let mut reqs: Vec<IoBuf> = order
+        .iter()
+        .map(|&i| {
+            // SAFETY: disjoint BS-sized slots of `mem`, untouched until read_batch returns.
+            unsafe { IoBuf::new(base.add(i as usize * BS), BS, i * BS as u64) }
+        })
+        .collect();
+    let mut out = Vec::new();
+    o.read_batch(&mut reqs, &mut out);
+    drop(reqs);
+    assert!(
+        out.iter().all(|r| matches!(r, Ok(n) if *n == BS)),
+        "{out:?}"
+    );
+    let counted = o.requests().unwrap();
+    assert_eq!(counted.reads, o.gets());
+    (counted, mem)
+}
+
 #[test]
-fn adjacent_misses_of_a_batch_are_one_get() {
-    let Some(ep) = endpoint("adjacent_misses_of_a_batch_are_one_get") else {
+fn misses_of_a_batch_share_gets_across_small_gaps() {
+    let Some(ep) = endpoint("misses_of_a_batch_share_gets_across_small_gaps") else {
         return;
     };
     let key = unique("coalesce");
     let want = data(16 * BS, 9);
     Plain::new(&ep).put(&key, want.clone());
-    let store = S3Store::new(config(&ep, "")).unwrap();
-    let o = store.open_object(&key).unwrap();
-    let mut mem = vec![0u8; 16 * BS];
-    // Buffers 2..10 out of order, plus 12 and 14: runs 2..10, 12, 14 are three GETs.
+    // Buffers 2..10 out of order, plus 12 and 14.
     let order = [5u64, 2, 9, 3, 4, 12, 8, 6, 7, 14];
-    let base = mem.as_mut_ptr();
-    let mut reqs: Vec<ucache::store::IoBuf> = order
-        .iter()
-        .map(|&i| {
-            // SAFETY: disjoint BS-sized slots of `mem`, untouched until read_batch returns.
-            unsafe { ucache::store::IoBuf::new(base.add(i as usize * BS), BS, i * BS as u64) }
-        })
-        .collect();
-    let mut out = Vec::new();
-    use ucache::store::Object;
-    o.read_batch(&mut reqs, &mut out);
-    drop(reqs);
-    assert_eq!(o.gets(), 3);
-    assert!(out.iter().all(|r| matches!(r, Ok(n) if *n == BS)));
-    for &i in &order {
-        let at = i as usize * BS;
-        assert_eq!(&mem[at..at + BS], &want[at..at + BS], "buffer {i}");
-    }
+    let check = |mem: &[u8]| {
+        for i in 0..16u64 {
+            let at = i as usize * BS;
+            if order.contains(&i) {
+                assert_eq!(&mem[at..at + BS], &want[at..at + BS], "buffer {i}");
+            } else {
+                // A gap read through is dropped, never written where nobody asked.
+                assert!(mem[at..at + BS].iter().all(|&b| b == 0), "buffer {i}");
+            }
+        }
+    };
+    // Only misses that touch: runs 2..10, 12, 14 are three GETs of exactly their bytes.
+    let (adjacent, mem) = read_one_batch(config(&ep, "").coalesce_gap(0), &key, &order);
+    assert_eq!(adjacent.reads, 3);
+    assert_eq!(adjacent.bytes_read, 10 * BS as u64);
+    check(&mem);
+    // Gaps up to one buffer read through: 2..10, and 12..15 with 13 read and dropped.
+    let (one, mem) = read_one_batch(config(&ep, "").coalesce_gap(BS), &key, &order);
+    assert_eq!((one.reads, one.bytes_read), (2, 11 * BS as u64));
+    check(&mem);
+    // Up to two: one GET of 2..15, gaps 10, 11 and 13 included.
+    let (two, mem) = read_one_batch(config(&ep, "").coalesce_gap(2 * BS), &key, &order);
+    assert_eq!((two.reads, two.bytes_read), (1, 13 * BS as u64));
+    check(&mem);
+    // The default gap (1 MiB) reads through them too.
+    let (default, _) = read_one_batch(config(&ep, ""), &key, &order);
+    assert_eq!(default.reads, 1);
 }
 
 #[test]

@@ -21,11 +21,21 @@ runs the 22 queries on each system:
   transparent mapping whose memory pyarrow reads as a ``pyarrow.Buffer`` (a Parquet fragment
   of an Arrow dataset), and DuckDB scanning the datasets (projection and filters pushed into
   pyarrow's scanner);
-- ``s3fs``: the S3 objects through s3fs registered with DuckDB;
+- ``s3fs``: the S3 objects through s3fs registered with DuckDB (its file objects made safe for
+  DuckDB's threads to share, as ucache's are: ``SafeS3File``, one s3fs file object per thread);
+- ``s3fs-cached`` (only when named in `--systems`): ``s3fs`` with DuckDB's external file cache
+  on whatever `--duckdb-file-cache` says: DuckDB (1.3 and later) then keeps every byte it
+  reads from an ``s3://`` file in its own memory, unbounded by ucache's budget, and its
+  repeated queries send no GET at all;
+- ``s3fs-small`` (only when named in `--systems`): ``s3fs`` with blocks of
+  `--s3fs-small-block-mib` (default 2 MiB) instead of s3fs's 50 MiB, which fetch less beyond what DuckDB asks for;
 - ``httpfs``: the S3 objects through DuckDB's own httpfs extension, if it loads here;
 - ``ucache-s3``: the S3 objects through ``ucache://s3://``;
 - ``ucache-s3-pf`` (only when named in `--systems`): the same with the Parquet prefetcher
   (``parquet_prefetch=--prefetch-depth``);
+- ``ucache-s3-gap`` / ``ucache-s3-pf-gap`` (only when named in `--systems`): ``ucache-s3`` /
+  ``ucache-s3-pf`` with S3 ``coalesce_gap`` `--alt-coalesce-gap` (default 0: only misses that
+  touch share a GET), against the library's default or `--coalesce-gap`;
 - ``ucache-s3-ra`` / ``ucache-s3-nora`` (only when named in `--systems`): ``ucache-s3`` with
   the mappings' sequential readahead forced on / off (``UcacheFileSystem(readahead=...)``;
   ``ucache-s3`` itself takes the filesystem's default);
@@ -40,6 +50,11 @@ runs the 22 queries on each system:
 
 The s3fs system counts the bytes its file objects fetch from the server (``bytes_read`` in
 ``cache_stats``, as ucache's systems report theirs).
+
+DuckDB's external file cache is off for every system by default (`--duckdb-file-cache`): it
+would hold a remote file's bytes in DuckDB's memory with no bound but DuckDB's memory limit
+(it ignores ``ucache://`` paths, which DuckDB takes for local files), so the baselines would
+cache all the data where ucache gets a quarter of it; the paper's DuckDB had no such cache.
 
 As the paper (ucache-fast26 §6.6) does, each query runs `--runs` times in a row in one DuckDB
 session and the reported time is the mean of the runs after the first. ucache gets a budget of
@@ -57,6 +72,7 @@ misses as the first run did. `--queries` runs a subset (e.g. ``6,14``).
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import math
 import os
@@ -66,6 +82,7 @@ import sys
 import pickle
 import re
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -77,7 +94,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from tpch_queries import QUERIES, TABLES  # noqa: E402
 
 import ucache  # noqa: E402
-from ucache.filesystem import UcacheFile, UcacheFileSystem, default_s3_buffer_size  # noqa: E402
+from ucache.filesystem import SharedPositionFile, UcacheFile, UcacheFileSystem, default_s3_buffer_size  # noqa: E402
 
 
 def generate(sf: float, data: Path) -> None:
@@ -102,12 +119,20 @@ def normalize(rows: list[tuple]) -> list[tuple]:
 class System:
     """`setup(con, info)` prepares a DuckDB connection and returns the URL of each table (or
     None where it made the views itself); `child`, where set, runs the whole system in a child
-    process instead."""
+    process instead. `file_cache`: DuckDB's external file cache for this system, where it
+    differs from the run's (`--duckdb-file-cache`)."""
 
-    def __init__(self, name: str, setup: Callable[..., Any] | None = None, child: Callable[[], Any] | None = None):
+    def __init__(
+        self,
+        name: str,
+        setup: Callable[..., Any] | None = None,
+        child: Callable[[], Any] | None = None,
+        file_cache: bool | None = None,
+    ):
         self.name = name
         self.setup = setup
         self.child = child
+        self.file_cache = file_cache
 
 
 def views(con: duckdb.DuckDBPyConnection, url: Callable[[str], str]) -> None:
@@ -169,10 +194,14 @@ def run_child(name: str, a: argparse.Namespace, env: dict[str, str]) -> tuple[di
     return times, results, shim_stats(p.stderr)
 
 
-def run_system(sys_: System, runs: int, queries: dict[int, str]) -> tuple[dict[int, float], dict[int, list[tuple]], dict]:
+def run_system(
+    sys_: System, runs: int, queries: dict[int, str], file_cache: bool
+) -> tuple[dict[int, float], dict[int, list[tuple]], dict]:
     if sys_.child is not None:
         return sys_.child()
     con = duckdb.connect()
+    on = file_cache if sys_.file_cache is None else sys_.file_cache
+    con.execute(f"set enable_external_file_cache = {str(on).lower()}")
     info: dict = {}
     url = sys_.setup(con, info)
     if url is not None:
@@ -187,6 +216,7 @@ def run_system(sys_: System, runs: int, queries: dict[int, str]) -> tuple[dict[i
     elif "fs" in info:
         s = info["fs"].cache.stats()
         maps = list(info["fs"]._maps.values())
+        reqs = [r for r in (m.store_requests() for m in maps) if r is not None]
         info = {
             "bytes_read": s["bytes_read"],
             "hits": s["hits"],
@@ -194,6 +224,11 @@ def run_system(sys_: System, runs: int, queries: dict[int, str]) -> tuple[dict[i
             "evictions": s["evictions"],
             "prefetches": s["prefetches"],
             "prefetch_used": s["prefetch_used"],
+            "store_reads": s["store_reads"],
+            # What the store sent: GETs, and the bytes they asked for (gaps read through
+            # included), for S3; None for local files.
+            "gets": sum(r["reads"] for r in reqs) if reqs else None,
+            "bytes_fetched": sum(r["bytes_read"] for r in reqs) if reqs else None,
             "buffer_sizes": sorted({m.buffer_size for m in maps}),
         }
     if per_query:
@@ -215,6 +250,15 @@ def main() -> int:
         "--buffer-size", default=None, help="ucache's buffer size for S3 (default: the filesystem's, from the budget; local: 64KiB)"
     )
     ap.add_argument("--alt-buffer-size", default="256KiB", help="ucache's S3 buffer size for ucache-s3-alt")
+    ap.add_argument(
+        "--duckdb-file-cache",
+        choices=["off", "on"],
+        default="off",
+        help="DuckDB's external file cache (unbounded memory) for every system but s3fs-cached",
+    )
+    ap.add_argument("--s3fs-small-block-mib", type=int, default=2, help="s3fs-small's block size in MiB (s3fs's own: 50)")
+    ap.add_argument("--coalesce-gap", default=None, help="ucache's S3 coalesce_gap (default: the library's)")
+    ap.add_argument("--alt-coalesce-gap", default="0", help="coalesce_gap of ucache-s3-gap and ucache-s3-pf-gap")
     ap.add_argument("--prefetch-depth", type=int, default=2, help="row groups ahead for ucache-s3-pf")
     ap.add_argument("--budget-fraction", type=float, default=0.25, help="ucache's budget, as a share of the data")
     ap.add_argument(
@@ -324,6 +368,8 @@ def main() -> int:
         prefix = f"ucache-bench/tpch-sf{a.sf}-{uuid.uuid4().hex[:8]}"
         for t in TABLES:
             s3.put(str(a.data / f"{t}.parquet"), f"{prefix}/{t}.parquet")
+        # Removed on exit: a throwaway server's volumes fill after a few uploads of SF 1.
+        atexit.register(lambda: s3.rm(prefix, recursive=True))
 
         fetched = {"bytes": 0, "gets": 0}
         plain_fetch = s3fs.core.S3File._fetch_range
@@ -337,13 +383,44 @@ def main() -> int:
         # Every ranged GET of an s3fs file object (its readahead cache's block fetches).
         s3fs.core.S3File._fetch_range = counting_fetch
 
-        def s3fs_sys(con, info):
-            con.register_filesystem(
-                s3fs.S3FileSystem(key=key, secret=secret, endpoint_url=endpoint, client_kwargs={"region_name": "us-east-1"})
-            )
-            fetched.update(bytes=0, gets=0)
-            info["counter"] = fetched
-            return lambda t: f"s3://{prefix}/{t}.parquet"
+        class SafeS3File(SharedPositionFile):
+            """An s3fs file object that DuckDB's threads can share: each thread's `seek` then
+            `read` reads where it sought (as ucache's files do), through an s3fs file object
+            of that thread's own (s3fs's block cache is not thread-safe), so threads neither
+            wait for each other nor read each other's ranges. Plain s3fs file objects under
+            DuckDB read another thread's range now and then (a short read, or Parquet metadata
+            decoded from wrong bytes: docs/results/2026-11-26-tpch-sf1)."""
+
+            def __init__(self, fs: Any, path: str, first: Any) -> None:
+                super().__init__(fs, path, mode="rb", cache_type="none", size=first.size)
+                self.per_thread = {threading.get_ident(): first}
+
+            def _read_at(self, start: int, end: int) -> bytes:
+                me = threading.get_ident()
+                f = self.per_thread.get(me)
+                if f is None:
+                    f = self.per_thread[me] = s3fs.S3FileSystem._open(self.fs, self.path, "rb")
+                f.seek(start)
+                return f.read(end - start)
+
+        class SafeS3FileSystem(s3fs.S3FileSystem):
+            def _open(self, path, mode="rb", **kwargs):
+                return SafeS3File(self, path, super()._open(path, mode, **kwargs))
+
+        def s3fs_with(**options):
+            def setup(con, info):
+                con.register_filesystem(
+                    SafeS3FileSystem(
+                        key=key, secret=secret, endpoint_url=endpoint, client_kwargs={"region_name": "us-east-1"}, **options
+                    )
+                )
+                fetched.update(bytes=0, gets=0)
+                info["counter"] = fetched
+                return lambda t: f"s3://{prefix}/{t}.parquet"
+
+            return setup
+
+        s3fs_sys = s3fs_with()
 
         def httpfs(con, info):
             con.execute("install httpfs")  # fails where the extension cannot be fetched
@@ -357,7 +434,7 @@ def main() -> int:
 
         def ucache_s3_with(depth, cache_options=None, **options):
             def setup(con, info):
-                kw = {"buffer_size": a.buffer_size, **options}
+                kw = {"buffer_size": a.buffer_size, "coalesce_gap": a.coalesce_gap, **options}
                 cache = ucache.Cache(budget, **(cache_options or {}))
                 fs = UcacheFileSystem(cache=cache, endpoint=endpoint, parquet_prefetch=depth, **kw)
                 con.register_filesystem(fs)
@@ -368,9 +445,13 @@ def main() -> int:
 
         systems += [
             System("s3fs", s3fs_sys),
+            System("s3fs-cached", s3fs_sys, file_cache=True),
+            System("s3fs-small", s3fs_with(default_block_size=a.s3fs_small_block_mib << 20)),
             System("httpfs", httpfs),
             System("ucache-s3", ucache_s3_with(0)),
             System("ucache-s3-pf", ucache_s3_with(a.prefetch_depth)),
+            System("ucache-s3-gap", ucache_s3_with(0, coalesce_gap=a.alt_coalesce_gap)),
+            System("ucache-s3-pf-gap", ucache_s3_with(a.prefetch_depth, coalesce_gap=a.alt_coalesce_gap)),
             System("ucache-s3-ra", ucache_s3_with(0, readahead=True)),
             System("ucache-s3-nora", ucache_s3_with(0, readahead=False)),
             System("ucache-s3-alt", ucache_s3_with(0, buffer_size=a.alt_buffer_size)),
@@ -379,7 +460,7 @@ def main() -> int:
             System("ucache-s3-reserved", ucache_s3_with(0, cache_options={"keep_idle_shares": True})),
         ]
     else:
-        for n in ["s3fs", "httpfs", "ucache-s3", "ucache-s3-pf", "ucache-s3-ra", "ucache-s3-nora", "ucache-s3-alt", "ucache-s3-lfu", "ucache-s3-clock", "ucache-s3-reserved"]:
+        for n in ["s3fs", "s3fs-cached", "s3fs-small", "httpfs", "ucache-s3", "ucache-s3-pf", "ucache-s3-gap", "ucache-s3-pf-gap", "ucache-s3-ra", "ucache-s3-nora", "ucache-s3-alt", "ucache-s3-lfu", "ucache-s3-clock", "ucache-s3-reserved"]:
             skipped[n] = "no S3 server in the environment (UCACHE_S3_ENDPOINT)"
     systems = [s for s in systems if s.name in wanted]
 
@@ -392,7 +473,7 @@ def main() -> int:
             if s.name in skipped:
                 continue
             try:
-                times, results, info = run_system(s, a.runs, queries)
+                times, results, info = run_system(s, a.runs, queries, a.duckdb_file_cache == "on")
             except Exception as e:  # noqa: BLE001  (httpfs that cannot load)
                 if s.name == "httpfs":
                     skipped[s.name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
@@ -417,6 +498,7 @@ def main() -> int:
         "sf": a.sf,
         "data_bytes": data_bytes,
         "ucache_budget": budget,
+        "duckdb_file_cache": a.duckdb_file_cache,
         "buffer_size_s3": a.buffer_size or default_s3_buffer_size(budget),
         "prefetch_depth": a.prefetch_depth,
         "preload_env": a.preload_env,
@@ -442,6 +524,12 @@ def main() -> int:
                 ("ucache-preload", "s3fs"),
                 ("local", "s3fs"),
                 ("ucache-s3", "s3fs"),
+                ("ucache-s3", "s3fs-cached"),
+                ("s3fs-cached", "s3fs"),
+                ("ucache-s3", "s3fs-small"),
+                ("s3fs-small", "s3fs"),
+                ("ucache-s3-gap", "s3fs"),
+                ("ucache-s3", "ucache-s3-gap"),
                 ("ucache-s3-pf", "s3fs"),
                 ("ucache-s3-pf", "ucache-s3"),
                 ("ucache-s3-ra", "s3fs"),
@@ -469,6 +557,7 @@ def main() -> int:
     lines.append("| total | " + " | ".join(f"{sum(med[n].values()) * 1000:.1f}" for n in ran) + " |")
     md = "\n".join(lines)
     md += "\n\nmilliseconds per query (mean of runs 2..%d, median of %d rounds)\n" % (a.runs, a.rounds)
+    md += f"\nDuckDB's external file cache: {a.duckdb_file_cache} (s3fs-cached: on)\n"
     for k, v in out["speedup_geomean"].items():
         md += f"\n- {k}: {v:.3f}x (geometric mean over {len(queries)} queries)"
     for k, v in skipped.items():

@@ -99,7 +99,8 @@ impl Cache {
         length = None, offset = 0, transparent = false, policy = None, policy_params = None,
         readahead = true,
         track_access = false, weight = 1, endpoint = None, access_key = None,
-        secret_key = None, session_token = None, region = None, allow_http = None))]
+        secret_key = None, session_token = None, region = None, allow_http = None,
+        coalesce_gap = None))]
     #[allow(clippy::too_many_arguments)]
     fn map(
         &self,
@@ -122,6 +123,7 @@ impl Cache {
         session_token: Option<String>,
         region: Option<String>,
         allow_http: Option<bool>,
+        coalesce_gap: Option<Size>,
     ) -> PyResult<Mapping> {
         // str or os.PathLike, as open() takes.
         let url: String = py
@@ -137,6 +139,7 @@ impl Cache {
             session_token,
             region,
             allow_http,
+            coalesce_gap: coalesce_gap.map(|g| g.0 as usize),
         };
         let will_write = writable;
         let mut o = MapOptions::new()

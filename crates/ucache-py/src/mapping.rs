@@ -14,7 +14,7 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 use ucache_core::Mapping as CoreMapping;
 
 use crate::buffer::Exports;
@@ -163,6 +163,18 @@ impl Mapping {
     #[getter]
     fn resident(&self) -> PyResult<u64> {
         Ok(self.get()?.resident())
+    }
+    /// The requests the store sent for this mapping (`{"reads", "bytes_read"}`: S3's GETs and
+    /// the bytes they asked for, gaps read through included), or None where the store does
+    /// not count them (local files).
+    fn store_requests<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(r) = self.get()?.store_requests() else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("reads", r.reads)?;
+        d.set_item("bytes_read", r.bytes_read)?;
+        Ok(Some(d))
     }
     #[getter]
     fn writable(&self) -> PyResult<bool> {

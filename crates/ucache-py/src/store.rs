@@ -17,6 +17,8 @@ pub struct S3Options {
     pub session_token: Option<String>,
     pub region: Option<String>,
     pub allow_http: Option<bool>,
+    /// Largest gap between misses one GET reads through (`S3Config::coalesce_gap`).
+    pub coalesce_gap: Option<usize>,
 }
 
 /// The store holding `url` and the name to open in it.
@@ -72,6 +74,9 @@ pub fn locate(url: &str, s3: &S3Options, writable: bool) -> Result<Located> {
     }
     if let Some(h) = s3.allow_http {
         cfg = cfg.allow_http(h);
+    }
+    if let Some(g) = s3.coalesce_gap {
+        cfg = cfg.coalesce_gap(g);
     }
     let store = if writable {
         S3Store::chunked(cfg, DEFAULT_CHUNK_SIZE)?

@@ -200,6 +200,30 @@ def test_s3_default_buffer_size_follows_the_budget(s3_env, s3fs_client, s3_prefi
     assert s["misses"] == 1 and s["bytes_read"] == 128 << 10
 
 
+def test_s3_gets_read_through_small_gaps(s3_env, s3fs_client, s3_prefix, data_file: Path):
+    """Misses of one batch a gap apart share a GET up to `coalesce_gap`; the store counts its
+    GETs and their bytes (`store_requests`), which local files do not."""
+    key = f"{s3_prefix}/fsspec/gaps.bin"
+    s3fs_client.put(str(data_file), key)
+    want = data_file.read_bytes()
+    url = f"s3://{key}"
+    got = {}
+    for gap in [0, "64KiB"]:
+        fs = UcacheFileSystem(cache=ucache.Cache("8MiB"), buffer_size="64KiB", endpoint=s3_env["endpoint"], coalesce_gap=gap)
+        m = fs.mapping(url)
+        m.ensure_cached_buffers([0, 2, 3])
+        for i in [0, 2, 3]:
+            assert m.read(i << 16, 1 << 16) == want[i << 16 : (i + 1) << 16]
+        assert not m.is_resident(1), "a gap read through is not cached"
+        got[gap] = m.store_requests()
+    assert got[0] == {"reads": 2, "bytes_read": 3 << 16}
+    assert got["64KiB"] == {"reads": 1, "bytes_read": 4 << 16}
+    local = UcacheFileSystem(cache=ucache.Cache("8MiB")).mapping(str(data_file))
+    assert local.store_requests() is None
+    with pytest.raises(ucache.InvalidArgument, match="size"):
+        ucache.Cache("8MiB").map(url, endpoint=s3_env["endpoint"], coalesce_gap="lots")
+
+
 def _scan_misses(
     tmp_path: Path, size_weighted: bool, passes: int = 2, small_kib: int = 256, pieces: int = 4, **cache_kw
 ) -> list[int]:

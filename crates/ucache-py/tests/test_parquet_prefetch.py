@@ -84,6 +84,24 @@ def test_whole_column_scan_reads_about_the_columns_bytes(parquet_file: Path):
     assert s["prefetches"] > 0
 
 
+def test_a_repeated_scan_prefetches_again(parquet_file: Path):
+    """A chunk is prefetched again once it was read: a second scan of the column, after its
+    buffers were evicted, is prefetched as the first was, not left to miss. (Readahead off:
+    only the prefetcher loads ahead.)"""
+    fs = UcacheFileSystem(cache=ucache.Cache("64MiB"), buffer_size="4KiB", parquet_prefetch=2, readahead=False)
+    path = str(parquet_file)
+    m = fs.mapping(path)
+    per_scan = []
+    for _ in range(2):
+        before = fs.cache.stats()["prefetches"]
+        with fs.open(path) as f:
+            t = pq.ParquetFile(f).read(columns=["b"])
+        assert t.equals(pq.read_table(parquet_file, columns=["b"]))
+        per_scan.append(fs.cache.stats()["prefetches"] - before)
+        m.evict()
+    assert per_scan[0] > 0 and per_scan[1] > 0, per_scan
+
+
 def test_not_parquet_is_left_alone(data_file: Path, tmp_path: Path):
     p = tmp_path / "fake.parquet"
     p.write_bytes(data_file.read_bytes())

@@ -52,6 +52,7 @@ class Cache:
         session_token: str | None = None,
         region: str | None = None,
         allow_http: bool | None = None,
+        coalesce_gap: Size | None = None,
     ) -> Mapping:
         """Maps a local path or an ``s3://bucket/key`` URL.
 
@@ -69,8 +70,10 @@ class Cache:
         ``ucache.policy``; explicit mappings only: :attr:`Mapping.policy_error` reports its
         first exception). A bad name or parameter raises :class:`InvalidArgument`. S3 settings not
         given come from ``AWS_ENDPOINT_URL`` (or ``UCACHE_S3_ENDPOINT``), ``AWS_REGION``,
-        ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``. Blocks with the
-        GIL released.
+        ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``. `coalesce_gap`
+        (S3): the largest gap between two misses of one batch that a single GET reads through
+        (dropping the gap's bytes) rather than split in two (default 1 MiB; 0 merges only
+        misses that touch). Blocks with the GIL released.
         """
     def stats(self) -> dict[str, Any]:
         """Counters (hits, misses, evictions, bytes_read, ...), ``miss_latency`` (a list of
@@ -93,6 +96,7 @@ class Mapping:
     def buffers(self) -> int: ...
     @property
     def resident(self) -> int: ...
+    def store_requests(self) -> dict[str, int] | None: ...
     @property
     def writable(self) -> bool: ...
     @property

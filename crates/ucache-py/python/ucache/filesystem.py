@@ -102,7 +102,8 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
     and a working set smaller than the budget would still miss on every repetition. `parquet_prefetch`: for ``.parquet``
     files, the row groups ahead whose chunks of the columns being read are prefetched
     (:mod:`ucache.parquet`); 0, the default, turns it off. `endpoint`, `access_key`,
-    `secret_key`, `region`, `allow_http`: S3 settings, else the ``AWS_*`` variables.
+    `secret_key`, `region`, `allow_http`: S3 settings, else the ``AWS_*`` variables;
+    `coalesce_gap`: as :meth:`ucache.Cache.map`'s (S3 only).
     """
 
     protocol = "ucache"
@@ -123,6 +124,7 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
         secret_key: str | None = None,
         region: str | None = None,
         allow_http: bool | None = None,
+        coalesce_gap: int | str | None = None,
         target_protocol: str | None = None,
         target_options: dict | None = None,
         **kwargs: Any,
@@ -142,6 +144,7 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
             "secret_key": secret_key or opts.get("secret"),
             "region": region,
             "allow_http": allow_http,
+            "coalesce_gap": coalesce_gap,
         }
         self.target_protocol = target_protocol
         self._maps: dict[str, Mapping] = {}

@@ -25,7 +25,14 @@ from ._ucache import Mapping
 
 
 class ParquetPrefetcher:
-    """The column-chunk layout of one Parquet file, and what to prefetch after a read."""
+    """The column-chunk layout of one Parquet file, and what to prefetch after a read.
+
+    A chunk is prefetched once until a read touches it: then a later scan (a repeated query,
+    whose chunks may have been evicted since) prefetches it again, and the readers of one scan
+    (DuckDB's threads, each on its own row group) do not ask for the same chunks over and
+    over. All chunks one read wants are asked for in one call, so that an object store merges
+    them into few GETs (its ``coalesce_gap`` reads through the other columns between them
+    where that is cheaper than a GET of its own)."""
 
     def __init__(self, mapping: Mapping, depth: int = 2) -> None:
         import pyarrow.parquet as pq
@@ -49,7 +56,8 @@ class ParquetPrefetcher:
         # Every chunk sorted by start, for finding the chunks a read overlaps.
         self._sorted = sorted((s, e, r, c) for r, row in enumerate(self.chunks) for c, (s, e) in enumerate(row))
         self._starts = [s for s, _, _, _ in self._sorted]
-        self._done: set[tuple[int, int]] = set()
+        # (row group, column) of the chunks prefetched and not read since.
+        self._pending: set[tuple[int, int]] = set()
         self._lock = threading.Lock()
 
     def touched(self, start: int, end: int) -> list[tuple[int, int]]:
@@ -68,12 +76,16 @@ class ParquetPrefetcher:
         todo = []
         with self._lock:
             for r, c in self.touched(start, end):
+                self._pending.discard((r, c))
                 for nr in range(r + 1, min(r + 1 + self.depth, len(self.chunks))):
-                    if (nr, c) not in self._done:
-                        self._done.add((nr, c))
+                    if (nr, c) not in self._pending:
+                        self._pending.add((nr, c))
                         todo.append(self.chunks[nr][c])
-        for s, e in todo:
-            self.mapping.prefetch(s, e - s)
+        if not todo:
+            return
+        bs = self.mapping.buffer_size
+        wanted = sorted({i for s, e in todo for i in range(s // bs, (e + bs - 1) // bs)})
+        self.mapping.prefetch_buffers(wanted)
 
 
 class _Tail:

@@ -426,6 +426,12 @@ impl Mapping {
     pub fn buffer_size(&self) -> usize {
         self.core.bs
     }
+    /// The requests the mapping's object has sent, where its store counts them
+    /// ([`crate::store::Object::requests`]): GETs and the bytes they returned, against which
+    /// the cache's `store_reads` and `bytes_read` say how its misses were merged.
+    pub fn store_requests(&self) -> Option<crate::store::StoreRequests> {
+        self.core.object.requests()
+    }
     /// Number of buffers (the last may be partial).
     pub fn buffers(&self) -> u64 {
         self.core.buffers()

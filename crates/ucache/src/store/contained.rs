@@ -63,6 +63,9 @@ impl Object for Contained {
     fn reads_ahead(&self) -> bool {
         contain(|| Ok(self.0.reads_ahead())).unwrap_or(false)
     }
+    fn requests(&self) -> Option<super::StoreRequests> {
+        contain(|| Ok(self.0.requests())).unwrap_or(None)
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         contain(|| self.0.write_at(buf, offset))
     }

@@ -302,6 +302,10 @@ impl Object for FaultObject {
         self.inner.reads_ahead()
     }
 
+    fn requests(&self) -> Option<super::StoreRequests> {
+        self.inner.requests()
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         self.config.read_delay();
         match self.config.next_read() {

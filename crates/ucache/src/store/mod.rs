@@ -197,6 +197,16 @@ impl<'a> IoBuf<'a> {
 ///
 /// A method that panics is reported to the cache's caller as an IO error ("store panicked"),
 /// like any failed request; it must not leave IO running on memory it was lent.
+/// Requests an [`Object`] has sent, as it counts them ([`Object::requests`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreRequests {
+    /// Read requests sent (an object store's GETs; retries inside one not counted).
+    pub reads: u64,
+    /// Bytes those reads asked for, including any read through and dropped (the gaps between
+    /// misses merged into one GET).
+    pub bytes_read: u64,
+}
+
 // `len` asks the store (it can fail); an `is_empty` would only restate it.
 #[allow(clippy::len_without_is_empty)]
 pub trait Object: Send + Sync + 'static {
@@ -219,6 +229,14 @@ pub trait Object: Send + Sync + 'static {
     /// `O_DIRECT` needs; offsets and lengths stay whole buffers either way.
     fn accepts_unaligned(&self) -> bool {
         false
+    }
+
+    /// What this object has asked of its server or device so far, where it counts that
+    /// itself; `None` (the default) where it does not. The cache's own counters see buffers;
+    /// only the store sees how it turned them into requests (an object store's merged GETs,
+    /// and the gap bytes it read through and dropped), which is what a network bills.
+    fn requests(&self) -> Option<StoreRequests> {
+        None
     }
 
     /// Whether the store reads ahead of sequential reads itself (a buffered file: the kernel's

@@ -1,0 +1,177 @@
+"""Bytes fetched from S3 by cold TPC-H queries, against the bytes their columns hold.
+
+    python bench/parquet_bytes.py --data DIR --sf 1 [--depths 0,2] [--gaps 0,1MiB] [--out DIR]
+
+Each of the 22 queries runs once, cold, on a fresh cache and DuckDB connection, reading the
+Parquet files from the S3 server named by ``UCACHE_S3_ENDPOINT`` (scripts/s3-server.sh's env
+file) through ``ucache://s3://``, with the budget large enough that nothing is evicted (the
+whole data), for every combination of the Parquet prefetcher's depth (`--depths`, 0 = off)
+and S3 ``coalesce_gap`` (`--gaps`), with S3 buffers of `--buffer-size`. For each run it records
+the bytes the store's GETs asked for (``Mapping.store_requests``, gaps read through
+included), the bytes the cache loaded (``bytes_read``), the GETs, and the bytes DuckDB asked
+for (the union of the ranges of its reads), which DuckDB's own read merging makes larger than
+the columns' bytes.
+
+"The bytes the queries' columns hold" is the sum, over every row group, of the compressed
+chunks of the columns a query names (its SQL's identifiers that are columns of the table:
+TPC-H's column names are unique across tables). A reader must fetch at least those (less only
+where DuckDB skips row groups by their statistics), plus each file's footer. Writes
+``parquet_bytes.json`` and ``parquet_bytes.md`` to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import re
+import sys
+import uuid
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tpch_queries import QUERIES, TABLES  # noqa: E402
+
+import ucache  # noqa: E402
+from ucache.filesystem import UcacheFile, UcacheFileSystem  # noqa: E402
+
+
+def column_bytes(data: Path, sql: str) -> tuple[int, dict[str, list[str]]]:
+    """Bytes of the chunks of the columns `sql` names, summed over tables and row groups, and
+    the columns per table."""
+    words = set(re.findall(r"[a-z_]+", sql.lower()))
+    total, named = 0, {}
+    for t in TABLES:
+        meta = pq.read_metadata(data / f"{t}.parquet")
+        names = [meta.schema.column(c).name for c in range(meta.num_columns)]
+        cols = [c for c, n in enumerate(names) if n in words]
+        if not cols:
+            continue
+        named[t] = [names[c] for c in cols]
+        for r in range(meta.num_row_groups):
+            rg = meta.row_group(r)
+            total += sum(rg.column(c).total_compressed_size for c in cols)
+    return total, named
+
+
+def union_bytes(ranges: list[tuple[int, int]]) -> int:
+    total, end = 0, -1
+    for s, e in sorted(ranges):
+        if e > end:
+            total += e - max(s, end)
+            end = e
+    return total
+
+
+# Ranges DuckDB read, per file, in the current run.
+ASKED: dict[str, list[tuple[int, int]]] = {}
+_plain_read_at = UcacheFile._read_at
+
+
+def _recording_read_at(self: UcacheFile, start: int, end: int) -> bytes:
+    ASKED.setdefault(self.path, []).append((start, end))
+    return _plain_read_at(self, start, end)
+
+
+UcacheFile._read_at = _recording_read_at
+
+
+def cold_run(prefix: str, endpoint: str, budget: int, q: int, depth: int, gap: str, bs: str | None) -> dict:
+    ASKED.clear()
+    fs = UcacheFileSystem(
+        cache=ucache.Cache(budget), endpoint=endpoint, buffer_size=bs, parquet_prefetch=depth, coalesce_gap=gap
+    )
+    con = duckdb.connect()
+    con.execute("set enable_external_file_cache = false")
+    con.register_filesystem(fs)
+    for t in TABLES:
+        con.execute(f"create view {t} as select * from read_parquet('ucache://s3://{prefix}/{t}.parquet')")
+    con.execute(QUERIES[q]).fetchall()
+    con.close()
+    reqs = [r for r in (m.store_requests() for m in fs._maps.values()) if r is not None]
+    s = fs.cache.stats()
+    fs.close_all()
+    return {
+        "gets": sum(r["reads"] for r in reqs),
+        "bytes_fetched": sum(r["bytes_read"] for r in reqs),
+        "bytes_loaded": s["bytes_read"],
+        "prefetches": s["prefetches"],
+        "bytes_asked": sum(union_bytes(r) for r in ASKED.values()),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sf", type=float, default=1)
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--depths", default="0,2", help="Parquet prefetcher depths (0: off)")
+    ap.add_argument("--gaps", default="0,1MiB", help="S3 coalesce_gap values")
+    ap.add_argument("--queries", default=None)
+    ap.add_argument("--buffer-size", default=None, help="S3 buffer size (default: the filesystem's)")
+    a = ap.parse_args()
+    endpoint = os.environ["UCACHE_S3_ENDPOINT"]
+    data = a.data / f"sf{a.sf}"
+    if not (data / "lineitem.parquet").exists():
+        raise SystemExit(f"no TPC-H data in {data} (bench/tpch.py generates it)")
+    import s3fs
+
+    key, secret = os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]
+    s3 = s3fs.S3FileSystem(key=key, secret=secret, endpoint_url=endpoint, client_kwargs={"region_name": "us-east-1"})
+    prefix = f"{os.environ.get('UCACHE_S3_BUCKET', 'ucache-test')}/bytes-{uuid.uuid4().hex[:8]}"
+    for t in TABLES:
+        s3.put(str(data / f"{t}.parquet"), f"{prefix}/{t}.parquet")
+    # Removed on exit: a throwaway server's volumes fill after a few uploads of SF 1.
+    atexit.register(lambda: s3.rm(prefix, recursive=True))
+    budget = sum((data / f"{t}.parquet").stat().st_size for t in TABLES) + (64 << 20)
+    queries = [int(q) for q in a.queries.split(",")] if a.queries else sorted(QUERIES)
+    configs = [(int(d), g) for d in a.depths.split(",") for g in a.gaps.split(",")]
+    rows = {}
+    for q in queries:
+        need, named = column_bytes(data, QUERIES[q])
+        rows[q] = {"column_bytes": need, "columns": named}
+        for d, g in configs:
+            rows[q][f"pf{d}-gap{g}"] = cold_run(prefix, endpoint, budget, q, d, g, a.buffer_size)
+        print(q, {k: round(v["bytes_fetched"] / need, 3) for k, v in rows[q].items() if k.startswith("pf")}, flush=True)
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "parquet_bytes.json").write_text(
+        json.dumps({"sf": a.sf, "buffer_size": a.buffer_size, "queries": rows}, indent=1)
+    )
+    names = [f"pf{d}-gap{g}" for d, g in configs]
+    lines = [
+        "| query | column MB | DuckDB asked ÷ columns | "
+        + " | ".join(f"{n}: fetched ÷ columns (GETs)" for n in names)
+        + " |",
+        "|---|---|---|" + "---|" * len(names),
+    ]
+    tot = {n: 0 for n in names}
+    need_all = asked_all = 0
+    for q in queries:
+        r = rows[q]
+        need_all += r["column_bytes"]
+        asked = r[names[0]]["bytes_asked"]
+        asked_all += asked
+        cells = []
+        for n in names:
+            tot[n] += r[n]["bytes_fetched"]
+            cells.append(f"{r[n]['bytes_fetched'] / r['column_bytes']:.3f} ({r[n]['gets']})")
+        lines.append(
+            f"| q{q} | {r['column_bytes'] / 1e6:.1f} | {asked / r['column_bytes']:.3f} | " + " | ".join(cells) + " |"
+        )
+    lines.append(
+        f"| all | {need_all / 1e6:.1f} | {asked_all / need_all:.3f} | "
+        + " | ".join(f"{tot[n] / need_all:.3f}" for n in names)
+        + " |"
+    )
+    md = "\n".join(lines) + "\n"
+    (a.out / "parquet_bytes.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
