@@ -128,15 +128,15 @@ def test_file_read_after_close_all_maps_again(fs, data_file: Path):
 
 
 def test_default_buffer_sizes():
-    """S3 buffers: the budget over 64, a power of two within [64 KiB, 256 KiB] (about a
-    Parquet column chunk), so that a small budget still holds enough buffers for scattered
-    chunks and a large one does not fetch megabytes per chunk. Local: 64 KiB."""
-    assert default_s3_buffer_size(8 << 20) == 128 << 10
-    assert default_s3_buffer_size(12 << 20) == 128 << 10  # rounded down
-    assert default_s3_buffer_size(16 << 20) == 256 << 10
-    assert default_s3_buffer_size(1 << 20) == 64 << 10  # floor
-    assert default_s3_buffer_size(64 << 20) == 256 << 10
-    assert default_s3_buffer_size(8 << 30) == 256 << 10  # ceiling
+    """S3 buffers: the budget over 64, a power of two within [16 KiB, 64 KiB], so that a small
+    budget still holds enough buffers for scattered chunks and a Parquet column chunk is not
+    rounded out by much (a GET merges a read's buffers whatever their size). Local: 64 KiB."""
+    assert default_s3_buffer_size(2 << 20) == 32 << 10
+    assert default_s3_buffer_size(3 << 20) == 32 << 10  # rounded down
+    assert default_s3_buffer_size(4 << 20) == 64 << 10
+    assert default_s3_buffer_size(256 << 10) == 16 << 10  # floor
+    assert default_s3_buffer_size(64 << 20) == 64 << 10
+    assert default_s3_buffer_size(8 << 30) == 64 << 10  # ceiling
     assert LOCAL_BUFFER_SIZE == 64 << 10
 
 
@@ -191,13 +191,13 @@ def test_s3_default_buffer_size_follows_the_budget(s3_env, s3fs_client, s3_prefi
     want = data_file.read_bytes()
     fs = UcacheFileSystem(cache=ucache.Cache("8MiB"), endpoint=s3_env["endpoint"])
     url = f"s3://{key}"
-    assert fs.mapping(url).buffer_size == 128 << 10
+    assert fs.mapping(url).buffer_size == 64 << 10
     assert fs.mapping(url).policy == S3_DEFAULT_POLICY == "lfu"
     with fs.open(url) as f:
         f.seek(140_000)
         assert f.read(10) == want[140_000:140_010]
     s = fs.cache.stats()
-    assert s["misses"] == 1 and s["bytes_read"] == 128 << 10
+    assert s["misses"] == 1 and s["bytes_read"] == 64 << 10
 
 
 def test_s3_gets_read_through_small_gaps(s3_env, s3fs_client, s3_prefix, data_file: Path):

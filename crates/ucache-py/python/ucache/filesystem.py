@@ -34,19 +34,21 @@ from .errors import NotFound, ReadOnly
 _PREFIXES = ("ucache://", "ucache::")
 
 # Default buffer sizes. A local miss is a pread from the page cache, cheap per byte, so local
-# files get small buffers. An S3 miss is a GET, costly per request, so S3 buffers are larger,
-# but not so large that the budget holds only a few of them: DuckDB and pyarrow read Parquet
-# column chunks scattered over the file, and with 1 MiB buffers in an 8 MiB budget every
-# chunk read costs whole megabytes that evict each other (TPC-H SF 0.1: 1.54 GB fetched for
-# 32.7 MB of data; docs/results/2026-11-26-tpch). So an S3 buffer is the budget over
-# _S3_BUFFERS_PER_BUDGET, rounded down to a power of two, within [64 KiB, 256 KiB]. The cap
-# is the size of a Parquet column chunk, not a budget's share: a large budget does not make
-# the chunks larger (TPC-H at SF 1 has the same ~130 KB median chunk as SF 0.1), and 1 MiB
-# buffers fetched 12.0 GB per round where 256 KiB fetched 6.7-6.9 GB, at the same speed on
-# a loopback server (docs/results/2026-11-26-tpch-sf1): on a real link the bytes are the cost.
+# files get small buffers. An S3 miss is a GET, costly per request, but the request count does
+# not depend on the buffer size much: the misses of one read (DuckDB and pyarrow read whole
+# Parquet column chunks) travel as one batch whose buffers the store merges into one GET, gaps
+# of up to 1 MiB included (S3Config::coalesce_gap). What the buffer size does set is the bytes
+# fetched beyond what was asked (each chunk rounded out to whole buffers; TPC-H's chunks are
+# 18 KB-1.5 MB, ~130 KB median) and how many distinct pieces the budget holds. On TPC-H SF 1
+# with a quarter budget, 64 KiB buffers loaded 25% fewer bytes than 256 KiB, fetched 8% fewer
+# in 5% more GETs, at the same speed (1.02x); cold queries fetched 1.24x their columns' bytes
+# against 1.53x (docs/results/2026-11-26-s3-gaps). So an S3 buffer is the budget over
+# _S3_BUFFERS_PER_BUDGET, rounded down to a power of two, within [16 KiB, 64 KiB]: a small
+# budget still holds 64 buffers (with 1 MiB buffers in an 8 MiB budget every chunk read costs
+# whole megabytes that evict each other: docs/results/2026-11-26-tpch).
 LOCAL_BUFFER_SIZE = 64 << 10
-S3_MIN_BUFFER_SIZE = 64 << 10
-S3_MAX_BUFFER_SIZE = 256 << 10
+S3_MIN_BUFFER_SIZE = 16 << 10
+S3_MAX_BUFFER_SIZE = 64 << 10
 _S3_BUFFERS_PER_BUDGET = 64
 
 # The policy of S3 mappings when none is given. A repeated query whose working set exceeds the
@@ -87,7 +89,7 @@ class UcacheFileSystem(_Base):  # type: ignore[misc,valid-type]
     `cache`: the :class:`ucache.Cache` to map into (default: a new one of `memory` bytes).
     `buffer_size`, `policy`, `readahead`: as for :meth:`ucache.Cache.map` (the buffer size
     defaults to 64 KiB for local files and, for S3, to :func:`default_s3_buffer_size` of the
-    cache's budget: 128 KiB for 8 MiB, 256 KiB from 16 MiB on; the policy defaults to the
+    cache's budget: 64 KiB from 4 MiB on, less below; the policy defaults to the
     cache's for local files and to :data:`S3_DEFAULT_POLICY`, ``lfu``, for S3). Readahead stays on by default,
     S3 included: a file object's `read` calls that continue one another (``f.read()`` in
     pieces, pyarrow streaming a file) get the next window loaded while they copy, and
