@@ -15,7 +15,8 @@ cargo build --release --quiet -p ucache-preload
 py=$root/target/pyenv/bin/python
 work=$(mktemp -d /tmp/ucache-tpch.XXXXXX)
 trap 'bash "$root/scripts/s3-server.sh" stop "$work/s3" >/dev/null 2>&1 || true; rm -rf "$work/s3"' EXIT
-bash scripts/s3-server.sh start "$work/s3" >/dev/null
+# Room for several uploads of scale factor 1 and up (see s3-server.sh).
+UCACHE_S3_VOLUMES=${UCACHE_S3_VOLUMES:-64} bash scripts/s3-server.sh start "$work/s3" >/dev/null
 # shellcheck disable=SC1091
 . "$work/s3/env"
 data=${UCACHE_TPCH_DATA:-$root/target/tpch-data}
