@@ -41,8 +41,8 @@ _PREFIXES = ("ucache://", "ucache::")
 # fetched beyond what was asked (each chunk rounded out to whole buffers; TPC-H's chunks are
 # 18 KB-1.5 MB, ~130 KB median) and how many distinct pieces the budget holds. On TPC-H SF 1
 # with a quarter budget, 64 KiB buffers loaded 25% fewer bytes than 256 KiB, fetched 8% fewer
-# in 5% more GETs, at the same speed (1.02x); cold queries fetched 1.24x their columns' bytes
-# against 1.53x (docs/results/2026-11-26-s3-gaps). So an S3 buffer is the budget over
+# in 5% more GETs, at the same speed (1.02x); cold queries fetched 1.26-1.28x their columns' bytes
+# against 1.53-1.56x (docs/results/2026-11-26-s3-gaps). So an S3 buffer is the budget over
 # _S3_BUFFERS_PER_BUDGET, rounded down to a power of two, within [16 KiB, 64 KiB]: a small
 # budget still holds 64 buffers (with 1 MiB buffers in an 8 MiB budget every chunk read costs
 # whole megabytes that evict each other: docs/results/2026-11-26-tpch).
