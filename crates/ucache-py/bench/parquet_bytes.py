@@ -34,6 +34,7 @@ import duckdb
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).parent))
+from tpch import store_totals, views  # noqa: E402
 from tpch_queries import QUERIES, TABLES  # noqa: E402
 
 import ucache  # noqa: E402
@@ -88,16 +89,15 @@ def cold_run(prefix: str, endpoint: str, budget: int, q: int, depth: int, gap: s
     con = duckdb.connect()
     con.execute("set enable_external_file_cache = false")
     con.register_filesystem(fs)
-    for t in TABLES:
-        con.execute(f"create view {t} as select * from read_parquet('ucache://s3://{prefix}/{t}.parquet')")
+    views(con, lambda t: f"ucache://s3://{prefix}/{t}.parquet")
     con.execute(QUERIES[q]).fetchall()
     con.close()
-    reqs = [r for r in (m.store_requests() for m in fs._maps.values()) if r is not None]
+    gets, fetched = store_totals(fs) or (0, 0)
     s = fs.cache.stats()
     fs.close_all()
     return {
-        "gets": sum(r["reads"] for r in reqs),
-        "bytes_fetched": sum(r["bytes_read"] for r in reqs),
+        "gets": gets,
+        "bytes_fetched": fetched,
         "bytes_loaded": s["bytes_read"],
         "prefetches": s["prefetches"],
         "bytes_asked": sum(union_bytes(r) for r in ASKED.values()),

@@ -140,6 +140,15 @@ def views(con: duckdb.DuckDBPyConnection, url: Callable[[str], str]) -> None:
         con.execute(f"create or replace view {t} as select * from read_parquet('{url(t)}')")
 
 
+def store_totals(fs: UcacheFileSystem) -> tuple[int, int] | None:
+    """GETs and the bytes they asked for, over the filesystem's mappings whose store counts
+    them (S3); None where none does (local files)."""
+    reqs = [r for r in (m.store_requests() for m in fs._maps.values()) if r is not None]
+    if not reqs:
+        return None
+    return sum(r["reads"] for r in reqs), sum(r["bytes_read"] for r in reqs)
+
+
 def run_queries(
     con: duckdb.DuckDBPyConnection, runs: int, queries: dict[int, str], counters: Callable[[], dict] | None = None
 ) -> tuple[dict[int, float], dict[int, list[tuple]], dict[int, list[dict]]]:
@@ -216,7 +225,7 @@ def run_system(
     elif "fs" in info:
         s = info["fs"].cache.stats()
         maps = list(info["fs"]._maps.values())
-        reqs = [r for r in (m.store_requests() for m in maps) if r is not None]
+        totals = store_totals(info["fs"])
         info = {
             "bytes_read": s["bytes_read"],
             "hits": s["hits"],
@@ -227,8 +236,8 @@ def run_system(
             "store_reads": s["store_reads"],
             # What the store sent: GETs, and the bytes they asked for (gaps read through
             # included), for S3; None for local files.
-            "gets": sum(r["reads"] for r in reqs) if reqs else None,
-            "bytes_fetched": sum(r["bytes_read"] for r in reqs) if reqs else None,
+            "gets": totals[0] if totals else None,
+            "bytes_fetched": totals[1] if totals else None,
             "buffer_sizes": sorted({m.buffer_size for m in maps}),
         }
     if per_query:
