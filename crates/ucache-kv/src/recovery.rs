@@ -38,6 +38,9 @@ pub enum DataState {
     Existing { capacity: u64 },
 }
 
+/// The unit of an `O_DIRECT` read: the largest logical block size of common devices.
+const BLOCK: usize = 4096;
+
 /// Reads the data file's meta page straight from the store and checks it against the page size
 /// asked for and the file's length.
 pub fn inspect(store: &Arc<dyn Store>, name: &str, page_size: usize) -> Result<DataState> {
@@ -52,11 +55,14 @@ pub fn inspect(store: &Arc<dyn Store>, name: &str, page_size: usize) -> Result<D
     if len == 0 {
         return Ok(DataState::New);
     }
-    let mut first = vec![0u8; 64];
+    // One whole block at a 4 KiB-aligned address, so `O_DIRECT` files read it too.
+    let mut block = vec![0u8; 2 * BLOCK];
+    let at = block.as_ptr().align_offset(BLOCK);
+    let first = &mut block[at..at + BLOCK];
     let n = obj
-        .read_at(&mut first, 0)
+        .read_at(first, 0)
         .map_err(|source| KvError::Io { op: "read", source })?;
-    let first = &first[..n];
+    let first = &first[..n.min(64)];
     if first.iter().all(|&b| b == 0) {
         return Ok(DataState::New);
     }

@@ -27,9 +27,13 @@ pub const DEFAULT_PLACEMENT: Placement = Placement::Pool;
 /// How to open a store.
 #[derive(Clone)]
 pub struct KvOptions {
-    /// Where the data file and the log live: any ucache store (files, memory, a fault-injecting
-    /// or recording wrapper).
+    /// Where the data file lives, and the log unless `log_store` names another store: any
+    /// ucache store (files, memory, a fault-injecting or recording wrapper).
     pub store: Arc<dyn Store>,
+    /// Where the log lives instead, when it differs from `store` (`None`: in `store`). A store
+    /// of `O_DIRECT` files ([`FileStore::direct`]) needs one: its reads and writes must be whole
+    /// blocks, and log records are not.
+    pub log_store: Option<Arc<dyn Store>>,
     /// The data file's object name.
     pub data: String,
     /// The log's object name.
@@ -83,6 +87,7 @@ impl KvOptions {
         let d = dir.as_ref();
         KvOptions {
             store: Arc::new(FileStore::new()),
+            log_store: None,
             data: d.join("data").to_string_lossy().into_owned(),
             wal: d.join("wal").to_string_lossy().into_owned(),
             page_size: 4096,
@@ -92,6 +97,20 @@ impl KvOptions {
             checkpoint_bytes: 64 << 20,
             budget_wait: std::time::Duration::from_secs(5),
             placement: DEFAULT_PLACEMENT,
+        }
+    }
+
+    /// Like [`KvOptions::in_dir`], with the data file read and written `O_DIRECT` and the log
+    /// through the page cache. Pages are then held once, in the store's budget, instead of
+    /// also in the kernel's page cache, and a miss reads straight into its frame: no page-cache
+    /// page to allocate, charge, copy from and reclaim for every miss
+    /// (docs/results/2026-11-26-kv-direct). On a file system without `O_DIRECT`, opening
+    /// fails with `KvError::Cache(ucache::Error::BadArgument(..))`.
+    pub fn in_dir_direct(dir: impl AsRef<Path>) -> Self {
+        KvOptions {
+            store: Arc::new(FileStore::direct()),
+            log_store: Some(Arc::new(FileStore::new())),
+            ..Self::in_dir(dir)
         }
     }
 }
@@ -236,7 +255,11 @@ impl Kv {
             });
         }
         let state = recovery::inspect(&o.store, &o.data, o.page_size)?;
-        let wal_obj = o.store.open(&o.wal, OpenOptions::create())?;
+        let wal_obj = o
+            .log_store
+            .as_ref()
+            .unwrap_or(&o.store)
+            .open(&o.wal, OpenOptions::create())?;
         let (wal, records) = Wal::open(wal_obj)?;
         recovery::check_pairing(&state, records)?;
         let wal = Arc::new(wal);

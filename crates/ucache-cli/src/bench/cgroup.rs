@@ -177,6 +177,20 @@ pub fn usage(dir: &Path) -> Option<u64> {
         .ok()
 }
 
+/// Bytes of anonymous memory and of file pages (the page cache) charged to the group at `dir`
+/// now: v1's `rss` and `cache` lines of `memory.stat`, or v2's `anon` and `file`. What a run
+/// used its memory for: a cache of its own, or the kernel's.
+pub fn anon_and_file(dir: &Path) -> Option<(u64, u64)> {
+    let text = fs::read_to_string(dir.join("memory.stat")).ok()?;
+    let field = |names: [&str; 2]| {
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            names.contains(&k).then(|| v.trim().parse().ok())?
+        })
+    };
+    Some((field(["rss", "anon"])?, field(["cache", "file"])?))
+}
+
 /// How often the group at `dir` hit its limit: v1's `memory.failcnt`, or v2's `max` event.
 pub fn limit_hits(dir: &Path) -> Option<u64> {
     if let Ok(t) = fs::read_to_string(dir.join("memory.failcnt")) {

@@ -1,7 +1,7 @@
 //! `ucache-kv bench`: the store on ucache against LMDB, on the same machine, in one run.
 //!
 //! Every measurement runs in its own worker process (this binary, `worker`), inside a memory
-//! cgroup of the run's budget (plus 8 MiB of slack for the process itself), with the data
+//! cgroup of the run's budget (plus what the process needs besides its cache: `slack`), with the data
 //! files dropped from the page cache first: LMDB is held to the budget, and the store's own
 //! file reads cannot hide in the page cache either. Systems and workloads are interleaved
 //! within each repetition, so drift on a shared machine hits them alike.
@@ -27,9 +27,34 @@ use ucache_cli::bench::plot::{write_panels, Bar};
 use systems::{KvMmap, KvUcache, Lmdb, System};
 use ucache_kv::Placement;
 
-const SYSTEMS: [&str; 4] = ["kv-ucache-pool", "kv-ucache-inplace", "kv-mmap", "lmdb"];
-/// Memory the cgroup allows beyond the budget, for the process itself.
-pub const SLACK: u64 = 8 << 20;
+/// Every system the bench knows, in the order a repetition runs them. The store reads its
+/// data file `O_DIRECT` ([`KvOptions::in_dir_direct`]); `kv-ucache-pool-buffered` is the pool
+/// through the page cache instead ([`KvOptions::in_dir`]), for comparison.
+const SYSTEMS: [&str; 5] = [
+    "kv-ucache-pool",
+    "kv-ucache-pool-buffered",
+    "kv-ucache-inplace",
+    "kv-mmap",
+    "lmdb",
+];
+/// The systems of a run when `--systems` is not given.
+const DEFAULT_SYSTEMS: &str = "kv-ucache-pool,kv-ucache-inplace,kv-mmap,lmdb";
+/// Memory a system's cgroup allows beyond the budget: what the process needs besides its
+/// cache, so that every system caches about the budget's worth of pages. The store on ucache
+/// caches in its own memory and needs room for its page tables, heap and threads (1.7 MiB
+/// measured at a 12 MiB budget) and for its log's dirty pages in the page cache (with 4 MiB
+/// in all, YCSB A and F were killed by the cgroup); LMDB and kv-mmap cache in the kernel's
+/// page cache, charged to the same cgroup, and need almost nothing else (0.1 and 1.0 MiB of
+/// anonymous memory). With 8 MiB for every system, LMDB held 19.4 MiB of pages where the
+/// store held 12 (docs/results/2026-11-26-kv-direct); the table's `cgroup anon + file`
+/// column shows what each one held.
+fn slack(system: &str) -> u64 {
+    if on_ucache(system) {
+        8 << 20
+    } else {
+        2 << 20
+    }
+}
 
 #[derive(Parser)]
 #[command(name = "ucache-kv", about = "The ucache-kv store's benchmark")]
@@ -86,6 +111,10 @@ struct BenchArgs {
     /// that write run, and not kv-mmap, which has no log.
     #[arg(long, default_value = "nosync")]
     durability: String,
+    /// Systems (comma-separated): kv-ucache-pool, kv-ucache-pool-buffered, kv-ucache-inplace,
+    /// kv-mmap, lmdb.
+    #[arg(long, default_value = DEFAULT_SYSTEMS)]
+    systems: String,
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -133,24 +162,41 @@ struct Measurement {
     ops_per_sec: f64,
     cpu_us_per_op: f64,
     p99_us: f64,
+    /// Anonymous memory and page cache in the worker's cgroup at the end of the run: where
+    /// each system kept its cached pages (ucache in its own memory, LMDB and kv-mmap in the
+    /// kernel's page cache, up to the cgroup's slack beyond the budget).
+    #[serde(default)]
+    cgroup_anon_bytes: Option<u64>,
+    #[serde(default)]
+    cgroup_file_bytes: Option<u64>,
 }
 
 fn open(system: &str, dir: &Path, memory: u64, sync: bool) -> Box<dyn System> {
     match system {
-        "kv-ucache-pool" => Box::new(KvUcache::open(dir, memory, Placement::Pool, sync)),
-        "kv-ucache-inplace" => Box::new(KvUcache::open(dir, memory, Placement::InPlace, sync)),
+        "kv-ucache-pool" => Box::new(KvUcache::open(dir, memory, Placement::Pool, sync, true)),
+        "kv-ucache-pool-buffered" => {
+            Box::new(KvUcache::open(dir, memory, Placement::Pool, sync, false))
+        }
+        "kv-ucache-inplace" => {
+            Box::new(KvUcache::open(dir, memory, Placement::InPlace, sync, true))
+        }
         "kv-mmap" => Box::new(KvMmap::open(dir)),
         "lmdb" => Box::new(Lmdb::open(dir, sync)),
         s => panic!("unknown system {s}"),
     }
 }
 
+/// Whether `system` is this store on ucache (its files are `data` and `wal`).
+fn on_ucache(system: &str) -> bool {
+    system.starts_with("kv-ucache-")
+}
+
 /// The bytes of a system's data files.
 fn data_bytes(system: &str, dir: &Path) -> u64 {
     match system {
-        "kv-ucache-pool" | "kv-ucache-inplace" => {
+        s if on_ucache(s) => {
             // Pages in use, not the sparse file's length.
-            let kv = KvUcache::open(dir, 64 << 20, Placement::InPlace, false);
+            let kv = KvUcache::open(dir, 64 << 20, Placement::InPlace, false, false);
             kv.0.pages_used().unwrap() * 4096
         }
         "kv-mmap" => {
@@ -165,7 +211,7 @@ fn data_bytes(system: &str, dir: &Path) -> u64 {
 
 fn data_files(system: &str, dir: &Path) -> Vec<PathBuf> {
     match system {
-        "kv-ucache-pool" | "kv-ucache-inplace" => vec![dir.join("data"), dir.join("wal")],
+        s if on_ucache(s) => vec![dir.join("data"), dir.join("wal")],
         "kv-mmap" => vec![dir.join("data.mmap")],
         _ => vec![dir.join("data.mdb")],
     }
@@ -185,6 +231,7 @@ fn worker(a: WorkerArgs) {
     let cpu0 = self_cpu();
     let (ops, hist) = workload::run(&*sys, &w, a.keys, a.threads, a.warmup, a.seconds);
     let cpu = (self_cpu() - cpu0).as_secs_f64();
+    let mem = a.cgroup.as_deref().and_then(cgroup::anon_and_file);
     sys.finish();
     // CPU includes the warmup: scale it to the measured share of the time.
     let share = a.seconds / (a.seconds + a.warmup);
@@ -199,6 +246,8 @@ fn worker(a: WorkerArgs) {
         ops_per_sec: ops as f64 / a.seconds,
         cpu_us_per_op: cpu * share * 1e6 / ops.max(1) as f64,
         p99_us: hist.quantile(0.99) / 1000.0,
+        cgroup_anon_bytes: mem.map(|m| m.0),
+        cgroup_file_bytes: mem.map(|m| m.1),
     };
     println!("RESULT {}", serde_json::to_string(&m).unwrap());
 }
@@ -295,6 +344,11 @@ fn bench(a: BenchArgs) {
     for m in &modes {
         assert!(m == "sync" || m == "nosync", "unknown durability {m}");
     }
+    let chosen: Vec<&str> = a.systems.split(',').collect();
+    for c in &chosen {
+        assert!(SYSTEMS.contains(c), "unknown system {c}");
+    }
+    let systems: Vec<&'static str> = SYSTEMS.into_iter().filter(|s| chosen.contains(s)).collect();
     // What runs, in the order it runs within a repetition.
     let mut cells = Vec::new();
     for m in &modes {
@@ -304,7 +358,7 @@ fn bench(a: BenchArgs) {
                 if sync && !workload::Mix::parse(w).unwrap().writes() {
                     continue;
                 }
-                for s in SYSTEMS {
+                for &s in &systems {
                     if sync && s == "kv-mmap" {
                         continue;
                     }
@@ -315,7 +369,7 @@ fn bench(a: BenchArgs) {
     }
     let dir_of = |s: &str| a.dir.join(format!("{s}-{}", a.keys));
     let mut sizes = Vec::new();
-    for s in SYSTEMS {
+    for &s in &systems {
         let d = dir_of(s);
         load_once(&d, &format!("{} keys into {s}", a.keys), |d| {
             let mut args: Vec<String> =
@@ -330,7 +384,7 @@ fn bench(a: BenchArgs) {
         });
         sizes.push(data_bytes(s, &d));
     }
-    for (s, b) in SYSTEMS.iter().zip(&sizes) {
+    for (s, b) in systems.iter().zip(&sizes) {
         eprintln!("{s}: {:.1} MiB of data", *b as f64 / (1 << 20) as f64);
     }
     let total = (a.reps * cells.len()) as u64;
@@ -340,7 +394,7 @@ fn bench(a: BenchArgs) {
     for rep in 0..a.reps {
         for (mode, class, memory, w, s) in &cells {
             bar.set_message(format!("rep {rep} {mode} {class} {w} {s}"));
-            let si = SYSTEMS.iter().position(|x| x == s).unwrap();
+            let si = systems.iter().position(|x| x == s).unwrap();
             let d = dir_of(s);
             let mut args: Vec<String> = vec![
                 "worker".into(),
@@ -354,7 +408,9 @@ fn bench(a: BenchArgs) {
                 w.clone(),
             ];
             args.extend(run_args(*memory, a.threads, a.seconds, a.warmup, mode));
-            if let Some(mut m) = run_cold::<Measurement>(&data_files(s, &d), memory + SLACK, args) {
+            if let Some(mut m) =
+                run_cold::<Measurement>(&data_files(s, &d), memory + slack(s), args)
+            {
                 m.size = class.to_string();
                 m.data_bytes = sizes[si];
                 results.push(m);
@@ -426,9 +482,9 @@ fn ops(ms: &[&Measurement]) -> Vec<f64> {
 fn report(results: &[Measurement]) -> Vec<Group<'_>> {
     let groups = group(results);
     println!(
-        "| durability | size | workload | system | ops/s (mean of reps) | per rep | CPU µs/op | p99 µs | vs lmdb |"
+        "| durability | size | workload | system | ops/s (mean of reps) | per rep | CPU µs/op | p99 µs | cgroup anon + file MiB | vs lmdb |"
     );
-    println!("|---|---|---|---|---:|---|---:|---:|---:|");
+    println!("|---|---|---|---|---:|---|---:|---:|---:|---:|");
     for ((mode, class, w), per) in &groups {
         let base = per
             .iter()
@@ -437,12 +493,18 @@ fn report(results: &[Measurement]) -> Vec<Group<'_>> {
         for (s, ms) in per {
             let o = ops(ms);
             let each: Vec<String> = o.iter().map(|x| format!("{x:.0}")).collect();
+            let mib = |f: fn(&Measurement) -> Option<u64>| {
+                let v: Vec<f64> = ms.iter().filter_map(|m| f(m)).map(|b| b as f64).collect();
+                mean(&v) / (1 << 20) as f64
+            };
             println!(
-                "| {mode} | {class} | {w} | {s} | {:.0} | {} | {:.2} | {:.1} | {:.2}× |",
+                "| {mode} | {class} | {w} | {s} | {:.0} | {} | {:.2} | {:.1} | {:.1} + {:.1} | {:.2}× |",
                 mean(&o),
                 each.join(", "),
                 mean(&ms.iter().map(|m| m.cpu_us_per_op).collect::<Vec<_>>()),
                 mean(&ms.iter().map(|m| m.p99_us).collect::<Vec<_>>()),
+                mib(|m| m.cgroup_anon_bytes),
+                mib(|m| m.cgroup_file_bytes),
                 mean(&o) / base
             );
         }

@@ -27,12 +27,23 @@ pub fn key(n: u64) -> [u8; 8] {
 }
 
 /// ucache-kv, in place (`kv-ucache-inplace`) or on the pool placement (`kv-ucache-pool`),
-/// each commit synced to the log before it returns (`sync`, with group commit), or not.
+/// each commit synced to the log before it returns (`sync`, with group commit), or not; its
+/// data file read `O_DIRECT` (`direct`) or through the page cache.
 pub struct KvUcache(pub Kv);
 
 impl KvUcache {
-    pub fn open(dir: &Path, memory: u64, placement: Placement, sync: bool) -> KvUcache {
-        let mut o = KvOptions::in_dir(dir);
+    pub fn open(
+        dir: &Path,
+        memory: u64,
+        placement: Placement,
+        sync: bool,
+        direct: bool,
+    ) -> KvUcache {
+        let mut o = if direct {
+            KvOptions::in_dir_direct(dir)
+        } else {
+            KvOptions::in_dir(dir)
+        };
         o.memory_bytes = memory;
         o.placement = placement;
         o.sync_commits = sync;
