@@ -5,9 +5,8 @@
 
 mod common;
 
-use std::os::unix::io::AsRawFd;
-
 use common::within;
+use ucache_cli::bench::system::Residency;
 use ucache_kv::{Kv, KvOptions, Placement, WriteBatch, POOL_CHUNK};
 
 const KEYS: u64 = 12_000;
@@ -23,32 +22,12 @@ fn value(n: u64, round: u64) -> Vec<u8> {
     v
 }
 
-/// Pages of `path` in the kernel's page cache (`mincore` over a mapping of the file, which
-/// maps nothing in by itself).
-fn page_cache_pages(path: &std::path::Path) -> usize {
+/// Pages of `path` in the kernel's page cache (`mincore` over a mapping of the file that
+/// nothing reads through).
+fn page_cache_pages(path: &std::path::Path) -> u64 {
     let f = std::fs::File::open(path).unwrap();
-    let len = f.metadata().unwrap().len() as usize;
-    let page = 4096;
-    // SAFETY: a fresh read-only shared mapping of `len` bytes of an open file, only passed to
-    // mincore and unmapped below; nothing reads through it.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED);
-    let mut v = vec![0u8; len.div_ceil(page)];
-    // SAFETY: `p..p+len` is the mapping above; `v` has one byte per page of it.
-    let r = unsafe { libc::mincore(p, len, v.as_mut_ptr()) };
-    assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
-    // SAFETY: unmaps the mapping made above, which nothing else refers to.
-    unsafe { libc::munmap(p, len) };
-    v.iter().filter(|&&b| b & 1 == 1).count()
+    let len = f.metadata().unwrap().len();
+    Residency::new(&f, len, len).unwrap().resident() / 4096
 }
 
 fn on_tmpfs(path: &str) -> bool {
@@ -80,7 +59,7 @@ fn options(dir: &std::path::Path, direct: bool, placement: Placement) -> KvOptio
 /// Loads `KEYS` values, updates every third one in a later round (left in the log, not
 /// checkpointed), drops the store, reopens it and reads every key back, twice over the budget.
 /// Returns the data file's pages in the page cache at the end.
-fn round_trip(direct: bool, placement: Placement) -> usize {
+fn round_trip(direct: bool, placement: Placement) -> u64 {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     {
         let kv = Kv::open(options(dir.path(), direct, placement)).unwrap();

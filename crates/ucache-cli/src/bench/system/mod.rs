@@ -23,6 +23,7 @@ mod residency;
 mod row;
 mod ucache;
 
+pub use residency::Residency;
 pub use row::{parse_policy_spec, split_policy_spec, SystemRow};
 
 /// Reads raw-uring keeps in flight per thread.
