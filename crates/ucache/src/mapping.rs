@@ -435,6 +435,11 @@ impl MappingCore {
     pub(crate) fn weight(&self) -> u32 {
         self.weight
     }
+    /// Budget held besides the buffers: the set-aside pool and the kept markers' slots.
+    pub(crate) fn reserved_bytes(&self) -> u64 {
+        self.aside.as_ref().map_or(0, |a| a.bytes()) + self.kept.as_ref().map_or(0, |k| k.bytes())
+    }
+
     pub(crate) fn resident(&self) -> u64 {
         self.resident.load(Ordering::Relaxed)
     }

@@ -816,7 +816,12 @@ impl Harness {
                 } else {
                     self.m.resident() * self.bs
                 };
-                mine + self.neighbour.as_ref().map_or(0, |n| n.resident() * 4096)
+                // Kept readahead markers' slots are held for as long as the mapping is.
+                mine + self.m.reserved_bytes()
+                    + self
+                        .neighbour
+                        .as_ref()
+                        .map_or(0, |n| n.resident() * 4096 + n.reserved_bytes())
             };
             assert!(
                 self.m.resident() * self.bs <= pool || !self.pool,

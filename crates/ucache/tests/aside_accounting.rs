@@ -358,3 +358,40 @@ fn unmap_gives_back_the_set_aside_pool() {
     other.unmap().unwrap();
     assert_eq!(cache.used(), 0);
 }
+
+/// The kept readahead markers of a transparent mapping hold their slots' budget for as long as
+/// the mapping is mapped, and `Mapping::reserved_bytes` says so: `Cache::used` is the resident
+/// buffers plus that, before and after a scan, and every byte comes back at unmap. (The API
+/// model compared `used` with the resident buffers alone and waited forever on a transparent
+/// mapping of 33 buffers with readahead, in CI on 2026-11-26.)
+#[test]
+fn kept_marker_slots_are_reserved_bytes() {
+    within("kept marker slots", || {
+        let n = 64u64;
+        let cache = Cache::new(CacheOptions::new(48 * BS as u64).batch(2)).unwrap();
+        let s = store("o", n as usize);
+        let m = cache
+            .map(s, "o", MapOptions::new().transparent(true))
+            .unwrap();
+        let reserved = m.reserved_bytes();
+        assert!(reserved >= 2 * BS as u64, "no slots kept: {reserved}");
+        let accounted = || m.resident() * BS as u64 + m.reserved_bytes();
+        assert_eq!(cache.used(), accounted());
+        let mut sum = 0u64;
+        // SAFETY: a mapped, readable transparent mapping of n buffers.
+        let bytes = unsafe { std::slice::from_raw_parts(m.as_ptr(), (n as usize) * BS) };
+        for i in (0..bytes.len()).step_by(BS) {
+            sum += u64::from(bytes[i]);
+        }
+        assert_eq!(sum, (0..n).sum::<u64>());
+        assert!(m.stats().marker_hits > 0, "the scan used no kept marker");
+        until(
+            "used to settle",
+            || cache.used() == accounted(),
+            || (cache.used(), accounted()),
+        );
+        assert_eq!(m.reserved_bytes(), reserved);
+        m.unmap().unwrap();
+        assert_eq!(cache.used(), 0);
+    });
+}

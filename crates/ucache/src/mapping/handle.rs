@@ -440,6 +440,12 @@ impl Mapping {
     pub fn resident(&self) -> u64 {
         self.core.resident()
     }
+    /// Bytes of the cache's budget this mapping holds besides its buffers, for as long as it
+    /// is mapped: the set-aside pool of a transparent mapping that tracks access, and the slots
+    /// of a transparent mapping's kept readahead markers. [`crate::Cache::used`] counts them.
+    pub fn reserved_bytes(&self) -> u64 {
+        self.core.reserved_bytes()
+    }
     pub fn is_writable(&self) -> bool {
         self.core.writable
     }

@@ -118,6 +118,15 @@ impl KeptMarkers {
         budget.release_aside(self.slots.len() as u64);
     }
 
+    /// Budget the slots hold: all of them until given back.
+    pub(super) fn bytes(&self) -> u64 {
+        if self.given_back.load(Ordering::Acquire) {
+            0
+        } else {
+            self.slots.len() as u64
+        }
+    }
+
     fn slot_addr(&self, k: usize) -> *mut u8 {
         self.slots.at(k * self.bs)
     }
