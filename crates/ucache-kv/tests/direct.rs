@@ -108,3 +108,23 @@ fn a_direct_store_reads_back_every_value_and_leaves_no_page_cache() {
         }
     });
 }
+
+/// A direct store in a directory that does not exist is refused with the cache's typed error,
+/// and nothing is created.
+#[test]
+fn a_direct_store_in_a_missing_directory_is_a_typed_error() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let missing = dir.path().join("no-such-dir");
+    let r = Kv::open(options(&missing, true, Placement::Pool));
+    assert!(
+        matches!(
+            r,
+            Err(ucache_kv::KvError::Cache(
+                ucache::Error::DirectoryNotFound { .. }
+            ))
+        ),
+        "{:?}",
+        r.err()
+    );
+    assert!(!missing.exists());
+}
