@@ -1,12 +1,16 @@
 """Bytes fetched from S3 by cold TPC-H queries, against the bytes their columns hold.
 
-    python bench/parquet_bytes.py --data DIR --sf 1 [--depths 0,2] [--gaps 0,1MiB] [--out DIR]
+    python bench/parquet_bytes.py --data DIR --sf 1 [--depths 0,2] [--gaps 0,1MiB]
+        [--duckdb-gaps auto,0] [--out DIR]
 
 Each of the 22 queries runs once, cold, on a fresh cache and DuckDB connection, reading the
 Parquet files from the S3 server named by ``UCACHE_S3_ENDPOINT`` (scripts/s3-server.sh's env
 file) through ``ucache://s3://``, with the budget large enough that nothing is evicted (the
 whole data), for every combination of the Parquet prefetcher's depth (`--depths`, 0 = off)
-and S3 ``coalesce_gap`` (`--gaps`), with S3 buffers of `--buffer-size`. For each run it records
+and S3 ``coalesce_gap`` (`--gaps`), with S3 buffers of `--buffer-size`, and for each of
+DuckDB's ``parquet_prefetch_column_gap`` values (`--duckdb-gaps`; ``auto`` leaves DuckDB's
+cost model to choose: it merges the chunks of a row group across the chunks of columns it
+does not need; ``0`` makes it ask for the needed chunks only, leaving merges to the store). For each run it records
 the bytes the store's GETs asked for (``Mapping.store_requests``, gaps read through
 included), the bytes the cache loaded (``bytes_read``), the GETs, and the bytes DuckDB asked
 for (the union of the ranges of its reads), which DuckDB's own read merging makes larger than
@@ -27,6 +31,7 @@ import json
 import os
 import re
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -81,21 +86,28 @@ def _recording_read_at(self: UcacheFile, start: int, end: int) -> bytes:
 UcacheFile._read_at = _recording_read_at
 
 
-def cold_run(prefix: str, endpoint: str, budget: int, q: int, depth: int, gap: str, bs: str | None) -> dict:
+def cold_run(
+    prefix: str, endpoint: str, budget: int, q: int, duckdb_gap: str, depth: int, gap: str, bs: str | None
+) -> dict:
     ASKED.clear()
     fs = UcacheFileSystem(
         cache=ucache.Cache(budget), endpoint=endpoint, buffer_size=bs, parquet_prefetch=depth, coalesce_gap=gap
     )
     con = duckdb.connect()
     con.execute("set enable_external_file_cache = false")
+    if duckdb_gap != "auto":
+        con.execute(f"set parquet_prefetch_column_gap = {int(duckdb_gap)}")
     con.register_filesystem(fs)
     views(con, lambda t: f"ucache://s3://{prefix}/{t}.parquet")
+    t0 = time.perf_counter()
     con.execute(QUERIES[q]).fetchall()
+    seconds = time.perf_counter() - t0
     con.close()
     gets, fetched = store_totals(fs) or (0, 0)
     s = fs.cache.stats()
     fs.close_all()
     return {
+        "seconds": seconds,
         "gets": gets,
         "bytes_fetched": fetched,
         "bytes_loaded": s["bytes_read"],
@@ -111,6 +123,13 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("."))
     ap.add_argument("--depths", default="0,2", help="Parquet prefetcher depths (0: off)")
     ap.add_argument("--gaps", default="0,1MiB", help="S3 coalesce_gap values")
+    ap.add_argument("--duckdb-gaps", default="auto", help="DuckDB parquet_prefetch_column_gap values")
+    ap.add_argument(
+        "--configs",
+        default=None,
+        help="instead of the product of the lists above: DUCKDB_GAP/DEPTH/GAP/BUFFER_SIZE,... "
+        "(e.g. auto/0/1MiB/64KiB,0/2/0/16KiB)",
+    )
     ap.add_argument("--queries", default=None)
     ap.add_argument("--buffer-size", default=None, help="S3 buffer size (default: the filesystem's)")
     a = ap.parse_args()
@@ -129,42 +148,71 @@ def main() -> int:
     atexit.register(lambda: s3.rm(prefix, recursive=True))
     budget = sum((data / f"{t}.parquet").stat().st_size for t in TABLES) + (64 << 20)
     queries = [int(q) for q in a.queries.split(",")] if a.queries else sorted(QUERIES)
-    configs = [(int(d), g) for d in a.depths.split(",") for g in a.gaps.split(",")]
+    if a.configs:
+        configs = [tuple(c.split("/")) for c in a.configs.split(",")]
+        configs = [(dg, int(d), g, bs) for dg, d, g, bs in configs]
+    else:
+        configs = [
+            (dg, int(d), g, a.buffer_size)
+            for dg in a.duckdb_gaps.split(",")
+            for d in a.depths.split(",")
+            for g in a.gaps.split(",")
+        ]
+
+    def name(dg: str, d: int, g: str, bs: str | None) -> str:
+        return (
+            (f"duckdb{dg}-" if dg != "auto" else "") + f"pf{d}-gap{g}" + (f"-{bs}" if a.configs and bs else "")
+        )
+
     rows = {}
     for q in queries:
         need, named = column_bytes(data, QUERIES[q])
         rows[q] = {"column_bytes": need, "columns": named}
-        for d, g in configs:
-            rows[q][f"pf{d}-gap{g}"] = cold_run(prefix, endpoint, budget, q, d, g, a.buffer_size)
-        print(q, {k: round(v["bytes_fetched"] / need, 3) for k, v in rows[q].items() if k.startswith("pf")}, flush=True)
+        for dg, d, g, bs in configs:
+            rows[q][name(dg, d, g, bs)] = cold_run(prefix, endpoint, budget, q, dg, d, g, bs)
+        print(q, {name(*c): round(rows[q][name(*c)]["bytes_fetched"] / need, 3) for c in configs}, flush=True)
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "parquet_bytes.json").write_text(
-        json.dumps({"sf": a.sf, "buffer_size": a.buffer_size, "queries": rows}, indent=1)
+        json.dumps({"sf": a.sf, "buffer_size": a.buffer_size, "configs": configs, "queries": rows}, indent=1)
     )
-    names = [f"pf{d}-gap{g}" for d, g in configs]
+    names = [name(*c) for c in configs]
+    # DuckDB's asks depend only on its own gap: one column per value, from its first config.
+    dgaps = list(dict.fromkeys(c[0] for c in configs))
+    first = {dg: next(name(*c) for c in configs if c[0] == dg) for dg in dgaps}
     lines = [
-        "| query | column MB | DuckDB asked ÷ columns | "
+        "| query | column MB | "
+        + " | ".join(f"DuckDB gap {dg}: asked ÷ columns" for dg in dgaps)
+        + " | "
         + " | ".join(f"{n}: fetched ÷ columns (GETs)" for n in names)
         + " |",
-        "|---|---|---|" + "---|" * len(names),
+        "|---|---|" + "---|" * (len(dgaps) + len(names)),
     ]
     tot = {n: 0 for n in names}
-    need_all = asked_all = 0
+    asked_all = {dg: 0 for dg in dgaps}
+    need_all = 0
     for q in queries:
         r = rows[q]
         need_all += r["column_bytes"]
-        asked = r[names[0]]["bytes_asked"]
-        asked_all += asked
+        asked = []
+        for dg in dgaps:
+            asked_all[dg] += r[first[dg]]["bytes_asked"]
+            asked.append(f"{r[first[dg]]['bytes_asked'] / r['column_bytes']:.3f}")
         cells = []
         for n in names:
             tot[n] += r[n]["bytes_fetched"]
             cells.append(f"{r[n]['bytes_fetched'] / r['column_bytes']:.3f} ({r[n]['gets']})")
-        lines.append(
-            f"| q{q} | {r['column_bytes'] / 1e6:.1f} | {asked / r['column_bytes']:.3f} | " + " | ".join(cells) + " |"
-        )
+        lines.append(f"| q{q} | {r['column_bytes'] / 1e6:.1f} | " + " | ".join(asked + cells) + " |")
     lines.append(
-        f"| all | {need_all / 1e6:.1f} | {asked_all / need_all:.3f} | "
-        + " | ".join(f"{tot[n] / need_all:.3f}" for n in names)
+        f"| all | {need_all / 1e6:.1f} | "
+        + " | ".join([f"{asked_all[dg] / need_all:.3f}" for dg in dgaps] + [f"{tot[n] / need_all:.3f}" for n in names])
+        + " |"
+    )
+    # The cold queries' time (one run each, on a machine shared with the server: indicative).
+    secs = {n: sum(rows[q][n]["seconds"] for q in queries) for n in names}
+    gets = {n: sum(rows[q][n]["gets"] for q in queries) for n in names}
+    lines.append(
+        "| seconds (GETs), all | | "
+        + " | ".join([""] * len(dgaps) + [f"{secs[n]:.2f} ({gets[n]})" for n in names])
         + " |"
     )
     md = "\n".join(lines) + "\n"

@@ -32,7 +32,10 @@ runs the 22 queries on each system:
 - ``httpfs``: the S3 objects through DuckDB's own httpfs extension, if it loads here;
 - ``ucache-s3``: the S3 objects through ``ucache://s3://``;
 - ``ucache-s3-pf`` (only when named in `--systems`): the same with the Parquet prefetcher
-  (``parquet_prefetch=--prefetch-depth``);
+  (``parquet_prefetch=--prefetch-depth``), registered through ``UcacheFileSystem.register``
+  (DuckDB asks for the needed column chunks only; 16 KiB S3 buffers, no gap read through);
+- ``ucache-s3-pf-merged`` (only when named in `--systems`): the prefetcher as it ran before
+  ``register`` (DuckDB's merged reads, 64 KiB buffers, gaps up to 1 MiB read through);
 - ``ucache-s3-gap`` / ``ucache-s3-pf-gap`` (only when named in `--systems`): ``ucache-s3`` /
   ``ucache-s3-pf`` with S3 ``coalesce_gap`` `--alt-coalesce-gap` (default 0: only misses that
   touch share a GET), against the library's default or `--coalesce-gap`;
@@ -441,12 +444,15 @@ def main() -> int:
             )
             return lambda t: f"s3://{prefix}/{t}.parquet"
 
-        def ucache_s3_with(depth, cache_options=None, **options):
+        def ucache_s3_with(depth, cache_options=None, duckdb_merges=False, **options):
             def setup(con, info):
                 kw = {"buffer_size": a.buffer_size, "coalesce_gap": a.coalesce_gap, **options}
                 cache = ucache.Cache(budget, **(cache_options or {}))
                 fs = UcacheFileSystem(cache=cache, endpoint=endpoint, parquet_prefetch=depth, **kw)
-                con.register_filesystem(fs)
+                if duckdb_merges:  # DuckDB's own merging of a row group's chunks left on
+                    con.register_filesystem(fs)
+                else:
+                    fs.register(con)
                 info["fs"] = fs
                 return lambda t: f"ucache://s3://{prefix}/{t}.parquet"
 
@@ -459,6 +465,10 @@ def main() -> int:
             System("httpfs", httpfs),
             System("ucache-s3", ucache_s3_with(0)),
             System("ucache-s3-pf", ucache_s3_with(a.prefetch_depth)),
+            System(
+                "ucache-s3-pf-merged",
+                ucache_s3_with(a.prefetch_depth, duckdb_merges=True, buffer_size="64KiB", coalesce_gap="1MiB"),
+            ),
             System("ucache-s3-gap", ucache_s3_with(0, coalesce_gap=a.alt_coalesce_gap)),
             System("ucache-s3-pf-gap", ucache_s3_with(a.prefetch_depth, coalesce_gap=a.alt_coalesce_gap)),
             System("ucache-s3-ra", ucache_s3_with(0, readahead=True)),

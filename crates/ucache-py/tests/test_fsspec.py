@@ -209,7 +209,12 @@ def test_s3_gets_read_through_small_gaps(s3_env, s3fs_client, s3_prefix, data_fi
     url = f"s3://{key}"
     got = {}
     for gap in [0, "64KiB"]:
-        fs = UcacheFileSystem(cache=ucache.Cache("8MiB"), buffer_size="64KiB", endpoint=s3_env["endpoint"], coalesce_gap=gap)
+        # Readahead off: the reads of buffers 2 and 3 continue one another, and the window they
+        # start (buffer 4) is a GET of its own that may or may not have ended when they are
+        # counted.
+        fs = UcacheFileSystem(
+            cache=ucache.Cache("8MiB"), buffer_size="64KiB", endpoint=s3_env["endpoint"], coalesce_gap=gap, readahead=False
+        )
         m = fs.mapping(url)
         m.ensure_cached_buffers([0, 2, 3])
         for i in [0, 2, 3]:
@@ -222,6 +227,34 @@ def test_s3_gets_read_through_small_gaps(s3_env, s3fs_client, s3_prefix, data_fi
     assert local.store_requests() is None
     with pytest.raises(ucache.InvalidArgument, match="size"):
         ucache.Cache("8MiB").map(url, endpoint=s3_env["endpoint"], coalesce_gap="lots")
+
+
+def test_a_prefetching_filesystem_maps_s3_in_small_buffers(s3_env, s3fs_client, s3_prefix, data_file: Path):
+    """With the Parquet prefetcher on, S3 objects default to 16 KiB buffers whose GETs read
+    through gaps of up to 64 KiB (four buffers), not beyond; given values still win."""
+    key = f"{s3_prefix}/fsspec/prefetching.bin"
+    s3fs_client.put(str(data_file), key)
+    want = data_file.read_bytes()
+    url = f"s3://{key}"
+    fs = UcacheFileSystem(cache=ucache.Cache("8MiB"), endpoint=s3_env["endpoint"], parquet_prefetch=2, readahead=False)
+    m = fs.mapping(url)
+    assert m.buffer_size == 16 << 10
+    m.ensure_cached_buffers([0, 5])  # a gap of 4 buffers: one GET
+    m.ensure_cached_buffers([8, 14])  # a gap of 5: two
+    for i in [0, 5, 8, 14]:
+        assert m.read(i << 14, 1 << 14) == want[i << 14 : (i + 1) << 14]
+    assert m.store_requests() == {"reads": 3, "bytes_read": (6 + 2) << 14}
+    given = UcacheFileSystem(
+        cache=ucache.Cache("8MiB"),
+        endpoint=s3_env["endpoint"],
+        parquet_prefetch=2,
+        buffer_size="64KiB",
+        coalesce_gap=0,
+        readahead=False,
+    ).mapping(url)
+    assert given.buffer_size == 64 << 10
+    given.ensure_cached_buffers([0, 2])
+    assert given.store_requests() == {"reads": 2, "bytes_read": 2 << 16}
 
 
 def _scan_misses(

@@ -108,3 +108,61 @@ def test_not_parquet_is_left_alone(data_file: Path, tmp_path: Path):
     fs = UcacheFileSystem(cache=ucache.Cache("8MiB"), parquet_prefetch=2)
     assert fs.prefetcher(str(p)) is None
     assert fs.cat_file(str(p), 0, 10) == data_file.read_bytes()[:10]
+
+
+@pytest.fixture
+def wide_parquet_file(tmp_path: Path) -> Path:
+    """Six columns of 128 KiB chunks (4 row groups), so that a query of columns a and d leaves
+    two unread chunks between its own in each row group."""
+    rng = np.random.default_rng(2)
+    n = 4 * 16_384
+    p = tmp_path / "wide.parquet"
+    t = pa.table({c: rng.integers(0, 1 << 62, n) for c in "abcdef"})
+    pq.write_table(t, p, row_group_size=16_384, compression="none", use_dictionary=False)
+    return p
+
+
+def test_registered_with_duckdb_it_reads_the_columns_chunks_only(wide_parquet_file: Path):
+    """`UcacheFileSystem.register` turns DuckDB's merging of a row group's chunks off when the
+    prefetcher is on: DuckDB then asks for the chunks of the columns it reads, and the bytes
+    loaded are those chunks' and the footer's. Registered the plain way, DuckDB reads across
+    the unread columns between them where its cost model picks a gap as large as theirs (it
+    did on TPC-H from S3; the test sets that gap, 1 MiB, on both connections: the control
+    shows what `register` changes)."""
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    known = con.execute("select count(*) from duckdb_settings() where name = 'parquet_prefetch_column_gap'")
+    if not known.fetchone()[0]:
+        pytest.skip("this DuckDB has no parquet_prefetch_column_gap")
+    meta = pq.read_metadata(wide_parquet_file)
+    col_bytes = sum(meta.row_group(r).column(c).total_compressed_size for r in range(4) for c in (0, 3))
+    want = con.execute(f"select sum(a), sum(d) from read_parquet('{wide_parquet_file}')").fetchall()
+    loaded = {}
+    for how in ("register", "register_filesystem"):
+        fs = UcacheFileSystem(cache=ucache.Cache("64MiB"), buffer_size="4KiB", parquet_prefetch=2, readahead=False)
+        con = duckdb.connect()
+        con.execute("set enable_external_file_cache = false")
+        con.execute("set parquet_prefetch_column_gap = 1048576")
+        if how == "register":
+            fs.register(con)
+            assert con.execute("select current_setting('parquet_prefetch_column_gap')").fetchone()[0] == 0
+        else:
+            con.register_filesystem(fs)
+        got = con.execute(f"select sum(a), sum(d) from read_parquet('ucache://{wide_parquet_file}')").fetchall()
+        assert got == want
+        con.close()
+        loaded[how] = fs.cache.stats()["bytes_read"]
+        fs.close_all()
+    # A buffer more at each end of each chunk, and the footer's reads (DuckDB reads the last
+    # 8 bytes, then the footer; the file is under 4 MiB, so 64 KiB covers them).
+    slack = 2 * 8 * 4096 + 65536
+    assert col_bytes <= loaded["register"] <= col_bytes + slack, (loaded, col_bytes)
+    assert loaded["register_filesystem"] > col_bytes + slack, (loaded, col_bytes)
+
+
+def test_register_without_the_prefetcher_leaves_duckdb_as_it_is():
+    duckdb = pytest.importorskip("duckdb")
+    con = duckdb.connect()
+    before = con.execute("select current_setting('parquet_prefetch_column_gap')").fetchone()
+    UcacheFileSystem(cache=ucache.Cache("8MiB")).register(con)
+    assert con.execute("select current_setting('parquet_prefetch_column_gap')").fetchone() == before
