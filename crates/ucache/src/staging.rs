@@ -146,20 +146,29 @@ pub(crate) fn with_staging<R>(len: usize, f: impl FnOnce(*mut u8) -> R) -> Resul
 mod tests {
     use super::*;
 
-    /// The lines of `/proc/self/smaps` for the mapping that starts at `addr`.
+    /// The lines of `/proc/self/smaps` for the mapping that holds `addr` (the kernel may have
+    /// merged an area with a neighbour of the same flags).
     fn smaps_of(addr: usize) -> Vec<String> {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let head = format!("{addr:x}-");
+        // A mapping's first line is its range, `start-end perms ...`; the others are `Key: ...`.
+        let range = |l: &str| -> Option<(usize, usize)> {
+            let (r, _) = l.split_once(' ')?;
+            let (a, b) = r.split_once('-')?;
+            Some((
+                usize::from_str_radix(a, 16).ok()?,
+                usize::from_str_radix(b, 16).ok()?,
+            ))
+        };
         smaps
             .lines()
-            .skip_while(|l| !l.starts_with(&head))
+            .skip_while(|l| !range(l).is_some_and(|(a, b)| (a..b).contains(&addr)))
             .skip(1)
-            .take_while(|l| !l.contains('-') || l.contains(':'))
+            .take_while(|l| range(l).is_none())
             .map(str::to_string)
             .collect()
     }
 
-    /// The `LazyFree` kilobytes of the mapping that starts at `addr`.
+    /// The `LazyFree` kilobytes of the mapping that holds `addr`.
     fn lazy_free_kib(addr: usize) -> u64 {
         let line = smaps_of(addr)
             .into_iter()
@@ -168,7 +177,7 @@ mod tests {
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
     }
 
-    /// Whether the mapping that starts at `addr` is advised for huge pages (`hg`).
+    /// Whether the mapping that holds `addr` is advised for huge pages (`hg`).
     fn huge_advised(addr: usize) -> bool {
         smaps_of(addr)
             .iter()
