@@ -6,6 +6,8 @@ use std::time::Duration;
 use crate::policy::{choose, Chosen};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use ucache_core::policy::prefetch::{ColumnChunks, WithPrefetch};
+use ucache_core::policy::{Clock, Policy};
 use ucache_core::{Cache as CoreCache, CacheOptions, MapOptions};
 
 use crate::errors::{raise, IntoPy, Kind};
@@ -100,7 +102,7 @@ impl Cache {
         readahead = true,
         track_access = false, weight = 1, endpoint = None, access_key = None,
         secret_key = None, session_token = None, region = None, allow_http = None,
-        coalesce_gap = None))]
+        coalesce_gap = None, column_chunks = None, column_chunks_depth = 2))]
     #[allow(clippy::too_many_arguments)]
     fn map(
         &self,
@@ -124,6 +126,8 @@ impl Cache {
         region: Option<String>,
         allow_http: Option<bool>,
         coalesce_gap: Option<Size>,
+        column_chunks: Option<Vec<Vec<(u64, u64)>>>,
+        column_chunks_depth: usize,
     ) -> PyResult<Mapping> {
         // str or os.PathLike, as open() takes.
         let url: String = py
@@ -154,9 +158,22 @@ impl Cache {
             o = o.len(l.0);
         }
         let mut failure = None;
+        // The policy chosen, wrapped with the column-chunk prefetcher when one is given.
+        let prefetching = |p: Box<dyn Policy>| -> Box<dyn Policy> {
+            match &column_chunks {
+                Some(chunks) => Box::new(WithPrefetch::new(
+                    p,
+                    ColumnChunks::new(chunks.clone(), column_chunks_depth),
+                )),
+                None => p,
+            }
+        };
+        if policy.is_none() && column_chunks.is_some() {
+            o = o.policy(prefetching(Box::new(Clock::new())));
+        }
         match &policy {
             Some(p) => match choose(p, policy_params.as_ref())? {
-                Chosen::Builtin(b) => o = o.policy(b),
+                Chosen::Builtin(b) => o = o.policy(prefetching(b)),
                 Chosen::Python(_) if transparent => {
                     return Err(raise(
                         Kind::InvalidArgument,
@@ -167,7 +184,7 @@ impl Cache {
                 }
                 Chosen::Python(p) => {
                     failure = Some(p.failure());
-                    o = o.policy(Box::new(p));
+                    o = o.policy(prefetching(Box::new(p)));
                 }
             },
             None if policy_params.as_ref().is_some_and(|d| !d.is_empty()) => {

@@ -166,3 +166,43 @@ def test_register_without_the_prefetcher_leaves_duckdb_as_it_is():
     before = con.execute("select current_setting('parquet_prefetch_column_gap')").fetchone()
     UcacheFileSystem(cache=ucache.Cache("8MiB")).register(con)
     assert con.execute("select current_setting('parquet_prefetch_column_gap')").fetchone() == before
+
+
+def test_zero_copy_reads_prefetch_the_columns_being_read(parquet_file: Path):
+    """Under plain loads of a transparent mapping (pyarrow reading the file out of its memory,
+    no Python in the read path), the cache prefetches by the file's column chunks: reading
+    column b of row group 0 prefetches b's chunks in row groups 1 and 2, and a scan of b loads
+    no chunk of a or c."""
+    from ucache.parquet import column_chunks, map_parquet
+
+    cache = ucache.Cache("64MiB")
+    m = map_parquet(cache, parquet_file, depth=2, transparent=True, buffer_size="4KiB")
+    bs = m.buffer_size
+    chunks = column_chunks(str(parquet_file))
+    f = pq.ParquetFile(pa.BufferReader(pa.py_buffer(memoryview(m))))
+    got = f.read_row_group(0, columns=["b"])
+    assert got.equals(pq.read_table(parquet_file, columns=["b"]).slice(0, 16_384))
+    for r in (1, 2):
+        s_, e = chunks[r][1]
+        # Row group 1's first buffer is the marker, left for the reader's miss.
+        first = s_ // bs + 1 if r == 1 else s_ // bs
+        wait_until(lambda: all(m.is_resident(i) for i in range(first, e // bs)), f"row group {r}")
+    t = f.read(columns=["b"])
+    assert t.equals(pq.read_table(parquet_file, columns=["b"]))
+    del f, got, t  # their arrays are views of the mapping's memory
+    m.close()  # waits for the prefetches in flight: every load is counted below
+    s = cache.stats()
+    assert s["prefetches"] > 0
+    # What was loaded: b's chunks, each rounded out to whole buffers, and the footer's buffers;
+    # a chunk of a or c prefetched would add 32 buffers.
+    b_bytes = sum(((e + bs - 1) // bs - s_ // bs) * bs for s_, e in (row[1] for row in chunks))
+    assert s["bytes_read"] <= b_bytes + 2 * bs, (s["bytes_read"], b_bytes)
+
+
+def test_column_chunks_reject_what_is_not_parquet(data_file: Path):
+    from ucache.parquet import column_chunks
+
+    with pytest.raises(Exception, match="(?i)parquet|magic"):
+        column_chunks(str(data_file))
+    with pytest.raises(OverflowError):
+        ucache.Cache("8MiB").map(str(data_file), column_chunks=[[(-1, 10)]])

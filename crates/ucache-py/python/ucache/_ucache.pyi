@@ -2,7 +2,7 @@
 
 from os import PathLike
 from types import TracebackType
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, SupportsIndex
 
 Size = int | str
@@ -53,6 +53,8 @@ class Cache:
         region: str | None = None,
         allow_http: bool | None = None,
         coalesce_gap: Size | None = None,
+        column_chunks: Sequence[Sequence[tuple[int, int]]] | None = None,
+        column_chunks_depth: int = 2,
     ) -> Mapping:
         """Maps a local path or an ``s3://bucket/key`` URL.
 
@@ -73,7 +75,13 @@ class Cache:
         ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``. `coalesce_gap`
         (S3): the largest gap between two misses of one batch that a single GET reads through
         (dropping the gap's bytes) rather than split in two (default 1 MiB; 0 merges only
-        misses that touch). Blocks with the GIL released.
+        misses that touch). `column_chunks`: a columnar file's layout, ``column_chunks[r][c]``
+        the ``(start, end)`` bytes (from the mapping's start) of column `c` in row group `r`
+        (:func:`ucache.parquet.column_chunks` reads a Parquet footer into it): a miss in a chunk
+        then prefetches the rest of it and the column's chunks in the next
+        `column_chunks_depth` row groups (in place of the sequential readahead), beside the
+        policy's choice of victims; on every miss, so under plain loads of a transparent
+        mapping too. Blocks with the GIL released.
         """
     def stats(self) -> dict[str, Any]:
         """Counters (hits, misses, evictions, bytes_read, ...), ``miss_latency`` (a list of

@@ -9,15 +9,18 @@ every read, asks the mapping to prefetch the next `depth` row groups' chunks of 
 that read touched, each chunk once. (The paper's DuckDB port does the same from DuckDB's own
 metadata, section 5.4.)
 
-This runs in Python, per file object of the filesystem; the zero-copy path (a transparent
-mapping handed to ``pyarrow.BufferReader``) is not covered, since its reads are page faults
-that no Python code sees.
+This runs in Python, per file object of the filesystem. The zero-copy path (a transparent
+mapping handed to ``pyarrow.BufferReader``) reads by page faults that no Python code sees, so
+there the same rule runs in the cache, on every miss: :func:`column_chunks` reads the footer
+into the layout that ``Cache.map(..., column_chunks=...)`` takes (:func:`map_parquet` does
+both).
 """
 
 from __future__ import annotations
 
 import bisect
 import io
+import os
 import threading
 from typing import Any
 
@@ -35,24 +38,10 @@ class ParquetPrefetcher:
     where that is cheaper than a GET of its own)."""
 
     def __init__(self, mapping: Mapping, depth: int = 2) -> None:
-        import pyarrow.parquet as pq
-
         self.mapping = mapping
         self.depth = depth
-        size = mapping.size
-        meta = pq.read_metadata(io.BytesIO(_Tail(mapping, size).bytes()))
         # chunks[r][c] = (start, end) of column c's chunk in row group r.
-        self.chunks: list[list[tuple[int, int]]] = []
-        for r in range(meta.num_row_groups):
-            rg = meta.row_group(r)
-            row = []
-            for c in range(rg.num_columns):
-                col = rg.column(c)
-                start = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
-                if col.has_dictionary_page and col.data_page_offset < start:
-                    start = col.data_page_offset
-                row.append((start, start + col.total_compressed_size))
-            self.chunks.append(row)
+        self.chunks = column_chunks(mapping)
         # Every chunk sorted by start, for finding the chunks a read overlaps.
         self._sorted = sorted((s, e, r, c) for r, row in enumerate(self.chunks) for c, (s, e) in enumerate(row))
         self._starts = [s for s, _, _, _ in self._sorted]
@@ -86,6 +75,52 @@ class ParquetPrefetcher:
         bs = self.mapping.buffer_size
         wanted = sorted({i for s, e in todo for i in range(s // bs, (e + bs - 1) // bs)})
         self.mapping.prefetch_buffers(wanted)
+
+
+def column_chunks(source: Any) -> list[list[tuple[int, int]]]:
+    """The byte range ``(start, end)`` of every column chunk of a Parquet file, by row group
+    then column: ``column_chunks(f)[r][c]``. `source` is a :class:`ucache.Mapping` of the file
+    (its footer is read through the cache) or a local path. Raises ``ValueError`` for a file
+    that is not Parquet."""
+    import pyarrow.parquet as pq
+
+    if isinstance(source, Mapping):
+        meta = pq.read_metadata(io.BytesIO(_Tail(source, source.size).bytes()))
+    else:
+        meta = pq.read_metadata(source)
+    chunks = []
+    for r in range(meta.num_row_groups):
+        rg = meta.row_group(r)
+        row = []
+        for c in range(rg.num_columns):
+            col = rg.column(c)
+            start = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+            if col.has_dictionary_page and col.data_page_offset < start:
+                start = col.data_page_offset
+            row.append((start, start + col.total_compressed_size))
+        chunks.append(row)
+    return chunks
+
+
+def map_parquet(cache: Any, path: Any, depth: int = 2, **kwargs: Any) -> Mapping:
+    """Maps the Parquet file `path` (a local path or an ``s3://`` URL) into `cache`
+    (``cache.map(path, **kwargs)``, e.g. ``transparent=True``) with its column chunks
+    prefetched `depth` row groups ahead on every miss (``column_chunks=``). A local file's
+    footer is read from the file; an S3 object's through a first mapping, closed before the
+    one returned is made."""
+    url = os.fspath(path)
+    if url.startswith("s3://"):
+        probe = cache.map(url, **{k: v for k, v in kwargs.items() if k != "transparent"})
+        try:
+            chunks = column_chunks(probe)
+        finally:
+            probe.close()
+    else:
+        chunks = column_chunks(url)
+    # The layout is in file offsets; the mapping's are from its own start.
+    offset = kwargs.get("offset", 0)
+    chunks = [[(max(s - offset, 0), max(e - offset, 0)) for s, e in row] for row in chunks]
+    return cache.map(url, column_chunks=chunks, column_chunks_depth=depth, **kwargs)
 
 
 class _Tail:

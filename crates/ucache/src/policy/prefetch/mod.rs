@@ -6,12 +6,14 @@
 //! loading, and loads the rest asynchronously on the IO worker.
 
 mod callback;
+mod column_chunks;
 mod none;
 mod read_ahead;
 mod stride;
 mod with_prefetch;
 
 pub use callback::Callback;
+pub use column_chunks::ColumnChunks;
 pub use none::NoPrefetch;
 pub use read_ahead::ReadAhead;
 pub use stride::Stride;
