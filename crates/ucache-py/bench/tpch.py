@@ -66,7 +66,8 @@ per system and round). Systems are interleaved:
 each round runs every system once, in turn, and `--rounds` rounds are made; the figure per
 query is the median over rounds. Every query's result must be identical across systems
 (floating-point columns compared to 9 significant digits, as parallel sums may add in another
-order). Writes ``tpch.json`` and ``tpch.md`` (per-query table and geometric means) to `--out`.
+order). Writes ``tpch.json``, ``tpch.md`` (per-query table and geometric means) and ``tpch.svg``
+(a bar chart of each system's time per query) to `--out`.
 For ucache's in-process systems, ``cache_stats`` in ``tpch.json`` also holds ``per_query``: each
 query's misses and bytes read in each of its runs, to tell a repeat that hits from one that
 misses as the first run did. `--queries` runs a subset (e.g. ``6,14``).
@@ -583,8 +584,55 @@ def main() -> int:
         md += f"\n- {k}: not run: {v}"
     md += f"\n- results identical across systems: {not mismatches} {mismatches or ''}\n"
     (a.out / "tpch.md").write_text(md)
+    write_svg(a.out / "tpch.svg", {n: med[n] for n in ran}, queries, f"TPC-H SF {a.sf}: ms per query")
     print(md)
     return 1 if mismatches else 0
+
+
+def write_svg(path: Path, seconds: dict[str, dict[int, float]], queries: list[int], title: str) -> None:
+    """A grouped bar chart of each system's milliseconds per query, as plain SVG (no plotting
+    library in the bench's environment). The y axis is logarithmic: the queries span 30x."""
+    systems = list(seconds)
+    colors = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"]
+    ms = [seconds[n][q] * 1000 for n in systems for q in queries if seconds[n].get(q)]
+    if not ms:
+        return
+    lo = 10 ** math.floor(math.log10(min(ms)))
+    hi = 10 ** math.ceil(math.log10(max(ms)))
+    left, top, plot_h, group_w, bar_w = 60, 40, 300, 14 + 10 * len(systems), 10
+    width = left + group_w * len(queries) + 180
+    height = top + plot_h + 50
+
+    def y(v: float) -> float:
+        return top + plot_h * (1 - math.log10(max(v, lo) / lo) / math.log10(hi / lo))
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
+        f'<text x="{left}" y="20" font-size="14">{title} (log scale; lower is faster)</text>',
+    ]
+    decade = lo
+    while decade <= hi:
+        out.append(f'<line x1="{left}" x2="{left + group_w * len(queries)}" y1="{y(decade):.1f}" y2="{y(decade):.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{left - 6}" y="{y(decade) + 4:.1f}" text-anchor="end">{decade:g}</text>')
+        decade *= 10
+    for k, q in enumerate(queries):
+        x0 = left + k * group_w + 7
+        for j, n in enumerate(systems):
+            v = seconds[n].get(q)
+            if v:
+                top_y = y(v * 1000)
+                out.append(
+                    f'<rect x="{x0 + j * bar_w}" y="{top_y:.1f}" width="{bar_w - 1}" height="{top + plot_h - top_y:.1f}" '
+                    f'fill="{colors[j % len(colors)]}"><title>{n} q{q}: {v * 1000:.1f} ms</title></rect>'
+                )
+        out.append(f'<text x="{x0 + len(systems) * bar_w / 2:.1f}" y="{top + plot_h + 16}" text-anchor="middle">q{q}</text>')
+    for j, n in enumerate(systems):
+        ly = top + 10 + j * 18
+        lx = left + group_w * len(queries) + 20
+        out.append(f'<rect x="{lx}" y="{ly - 9}" width="12" height="12" fill="{colors[j % len(colors)]}"/>')
+        out.append(f'<text x="{lx + 18}" y="{ly + 1}">{n}</text>')
+    out.append("</svg>")
+    path.write_text("\n".join(out) + "\n")
 
 
 if __name__ == "__main__":
