@@ -11,7 +11,12 @@
 //! So when the shim's threads are the process's first, the standard streams (`stdin`,
 //! `stdout`, `stderr`) are switched to `FSETLOCKING_BYCALLER` (glibc then skips their locks,
 //! as for a single-threaded process), and switched back before the program starts a thread of
-//! its own through `pthread_create` or `thrd_create` (both interposed). Streams the program
+//! its own through `pthread_create` or `thrd_create` (both interposed). `FSETLOCKING_BYCALLER`
+//! alone leaves `putc` on its locking path, which only skips the lock itself: glibc marks every
+//! stream `_IO_FLAGS2_NEED_LOCK` at a process's first thread, and `putc` takes its inlined
+//! unlocked path only without that mark (4e8 `putc` calls with a thread asleep: 3.4-3.6 s, 2.5-2.9
+//! s with the mark cleared as well, 2.6-2.8 s with no thread). So the mark is cleared with the
+//! switch and set again with the switch back. Streams the program
 //! opens later lock as glibc decides. Threads glibc starts for the program without those calls
 //! (a `SIGEV_THREAD` timer or `mq_notify` callback, librt's AIO helpers) are not seen: such a
 //! callback that uses the standard streams races with the main thread (README).
@@ -35,6 +40,32 @@ const FSETLOCKING_BYCALLER: c_int = 2;
 /// The streams the shim switched to `FSETLOCKING_BYCALLER`: bit k for stream k of
 /// [`streams`]. Only those go back.
 static SWITCHED: AtomicU8 = AtomicU8::new(0);
+
+/// glibc's `_IO_FLAGS2_NEED_LOCK` (libio.h, since 2.27): set on every stream by the process's
+/// first `pthread_create`, and on streams opened after it.
+const IO_FLAGS2_NEED_LOCK: c_int = 128;
+
+/// The head of glibc's `struct _IO_FILE` (bits/types/struct_FILE.h, a public layout): `_flags`,
+/// eleven buffer pointers, `_markers`, `_chain`, `_fileno`, `_flags2`.
+#[repr(C)]
+struct FileHead {
+    flags: c_int,
+    pointers: [*mut c_void; 13],
+    fileno: c_int,
+    flags2: c_int,
+}
+
+/// `fp`'s `_flags2`, if the head read through [`FileHead`] is `fp`'s: its `_fileno` is the
+/// descriptor `fileno` returns (a layout other than this one is left alone).
+///
+/// # Safety
+/// `fp` is a live stream that no other thread uses meanwhile.
+unsafe fn flags2_of(fp: *mut FILE) -> Option<*mut c_int> {
+    let head = fp as *mut FileHead;
+    // SAFETY (caller's): a live FILE is at least as large as its public head.
+    let fd = unsafe { libc::fileno(fp) };
+    (fd >= 0 && unsafe { (*head).fileno } == fd).then(|| unsafe { &raw mut (*head).flags2 })
+}
 
 fn streams() -> [*mut FILE; 3] {
     // SAFETY: glibc's stream variables, read by value; the program may have reassigned them
@@ -69,7 +100,12 @@ pub(crate) fn unlock_std_streams() {
         if !fp.is_null() && unsafe { __fsetlocking(fp, FSETLOCKING_QUERY) } == FSETLOCKING_INTERNAL
         {
             // SAFETY: as above; the program has one thread, which is in the shim right now.
-            unsafe { __fsetlocking(fp, FSETLOCKING_BYCALLER) };
+            unsafe {
+                __fsetlocking(fp, FSETLOCKING_BYCALLER);
+                if let Some(f) = flags2_of(fp) {
+                    *f &= !IO_FLAGS2_NEED_LOCK;
+                }
+            }
             bits |= 1 << k;
         }
     }
@@ -85,8 +121,14 @@ pub(crate) fn relock_std_streams() {
     for (k, fp) in streams().into_iter().enumerate() {
         if bits & (1 << k) != 0 && !fp.is_null() {
             // SAFETY: a live stream; the program still has one thread (it is starting its
-            // second), so nobody uses the stream meanwhile.
-            unsafe { __fsetlocking(fp, FSETLOCKING_INTERNAL) };
+            // second), so nobody uses the stream meanwhile. glibc marked its streams at the
+            // shim's first thread and will not again: the mark goes back here.
+            unsafe {
+                __fsetlocking(fp, FSETLOCKING_INTERNAL);
+                if let Some(f) = flags2_of(fp) {
+                    *f |= IO_FLAGS2_NEED_LOCK;
+                }
+            }
         }
     }
 }

@@ -312,16 +312,21 @@ static void mode_stdio(const char *path, int c11) {
     /* Plain, nothing changes stdout's locking; through the shim it is the caller's now. */
     if (e && !strcmp(e, "0")) CHECK(locking == FSETLOCKING_INTERNAL);
     if (e && !strcmp(e, "1")) CHECK(locking == FSETLOCKING_BYCALLER);
+    /* Either way putc takes its unlocked path: glibc's _IO_FLAGS2_NEED_LOCK (128), which its
+     * first thread sets on every stream, is clear until the program's own first thread. */
+    CHECK((stdout->_flags2 & 128) == 0);
     if (c11) {
         thrd_t t;
         CHECK(thrd_create(&t, print_lines_c11, "second") == thrd_success);
         CHECK(__fsetlocking(stdout, FSETLOCKING_QUERY) == FSETLOCKING_INTERNAL);
+        CHECK(stdout->_flags2 & 128);
         print_lines("first");
         CHECK(thrd_join(t, NULL) == thrd_success);
     } else {
         pthread_t t;
         CHECK(pthread_create(&t, NULL, print_lines, "second") == 0);
         CHECK(__fsetlocking(stdout, FSETLOCKING_QUERY) == FSETLOCKING_INTERNAL);
+        CHECK(stdout->_flags2 & 128);
         print_lines("first");
         CHECK(pthread_join(t, NULL) == 0);
     }
