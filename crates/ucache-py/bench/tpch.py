@@ -29,7 +29,10 @@ runs the 22 queries on each system:
   repeated queries send no GET at all;
 - ``s3fs-small`` (only when named in `--systems`): ``s3fs`` with blocks of
   `--s3fs-small-block-mib` (default 2 MiB) instead of s3fs's 50 MiB, which fetch less beyond what DuckDB asks for;
-- ``httpfs``: the S3 objects through DuckDB's own httpfs extension, if it loads here;
+- ``httpfs``: the S3 objects through DuckDB's own httpfs extension, if it loads here: from
+  DuckDB's extension repository, else from PyPI's ``duckdb-extension-httpfs`` (with
+  ``duckdb-extensions``), which is built for DuckDB releases up to 1.5.5, so it runs under a
+  Python environment with ``duckdb==1.5.5`` (docs/results/2026-11-27-httpfs);
 - ``ucache-s3``: the S3 objects through ``ucache://s3://``;
 - ``ucache-s3-pf`` (only when named in `--systems`): the same with the Parquet prefetcher
   (``parquet_prefetch=--prefetch-depth``), registered through ``UcacheFileSystem.register``
@@ -436,7 +439,14 @@ def main() -> int:
         s3fs_sys = s3fs_with()
 
         def httpfs(con, info):
-            con.execute("install httpfs")  # fails where the extension cannot be fetched
+            try:
+                con.execute("install httpfs")  # fails where the extension cannot be fetched
+            except duckdb.IOException:
+                # PyPI's build of the extension (duckdb-extension-httpfs, one per DuckDB
+                # release; none for 2.0 yet), installed from its wheel.
+                import duckdb_extensions
+
+                duckdb_extensions.import_extension("httpfs", con=con)
             con.execute("load httpfs")
             host = endpoint.split("://", 1)[1]
             con.execute(
