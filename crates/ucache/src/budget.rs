@@ -48,6 +48,11 @@ pub(crate) struct Budget {
     mappings: Registry,
     evictor: Evictor,
     budget_wait: Duration,
+    /// Eviction rounds that freed something, ever. A load waiting for memory counts its wait
+    /// from the last one ([`waited_out`]): it gives up after `budget_wait` in which nothing
+    /// was freed anywhere, not after `budget_wait` in which others took what was freed (256
+    /// async pins over a 64-buffer budget starved one that way while evictions went on).
+    rounds_freed: AtomicU64,
     /// The frame pools of pool mappings, one per buffer size, made by the first pool
     /// mapping of that size and kept as long as the cache (and every mapping holding one).
     pools: ArcSwap<Vec<Arc<FramePool>>>,
@@ -75,6 +80,7 @@ impl Budget {
             mappings: Registry::default(),
             evictor,
             budget_wait,
+            rounds_freed: AtomicU64::new(0),
             pools: ArcSwap::from_pointee(Vec::new()),
             pool_huge,
         }
@@ -230,6 +236,7 @@ impl Budget {
             take_writeback_failure();
         }
         let mut stuck_since: Option<Instant> = None;
+        let mut seen = 0u64;
         let mut stalled = false;
         let mut spins = 0u32;
         // Rounds in a row that freed nothing because the write-backs they tried failed.
@@ -276,8 +283,7 @@ impl Budget {
                 stalled = true;
                 self.stats.add(Counter::BudgetStalls, 1);
             }
-            let since = *stuck_since.get_or_insert_with(Instant::now);
-            if since.elapsed() > self.budget_wait {
+            if self.waited_out(&mut stuck_since, &mut seen) {
                 return Err(self.gave_up());
             }
             spins += 1;
@@ -320,11 +326,10 @@ impl Budget {
         if let Some(f) = take_writeback_failure() {
             wait.failure = Some(f);
         }
-        let t = *wait.since.get_or_insert_with(|| {
+        if wait.since.is_none() {
             self.stats.add(Counter::BudgetStalls, 1);
-            Instant::now()
-        });
-        if t.elapsed() > self.budget_wait {
+        }
+        if self.waited_out(&mut wait.since, &mut wait.seen) {
             return Err(self.gave_up_with(wait.failure.take()));
         }
         Ok(())
@@ -398,8 +403,37 @@ impl Budget {
     /// Evicts up to one batch from the members of [`Budget::mappings`], asking the global
     /// policy where from. Returns buffers evicted.
     fn evict_round(&self) -> u64 {
-        self.mappings
-            .evict_round(&self.global, self.batch, self.bytes)
+        let n = self
+            .mappings
+            .evict_round(&self.global, self.batch, self.bytes);
+        if n > 0 {
+            self.rounds_freed.fetch_add(1, Ordering::Relaxed);
+        }
+        n
+    }
+
+    /// [`waited_out`] against this budget's rounds and `budget_wait`.
+    fn waited_out(&self, since: &mut Option<Instant>, seen: &mut u64) -> bool {
+        waited_out(
+            self.rounds_freed.load(Ordering::Relaxed),
+            self.budget_wait,
+            since,
+            seen,
+        )
+    }
+}
+
+/// Whether a load without memory has waited `wait` since it started waiting (`since`) or
+/// since a round last freed memory, whichever is later: `rounds` is the count of rounds that
+/// freed any, `seen` the count at the last call. The first call starts the wait.
+fn waited_out(rounds: u64, wait: Duration, since: &mut Option<Instant>, seen: &mut u64) -> bool {
+    match since {
+        Some(t) if rounds == *seen => t.elapsed() > wait,
+        _ => {
+            *since = Some(Instant::now());
+            *seen = rounds;
+            false
+        }
     }
 }
 
@@ -439,6 +473,8 @@ pub(crate) fn note_writeback_failure(failed: usize, first: Error) {
 #[derive(Default)]
 pub(crate) struct RoomWait {
     since: Option<Instant>,
+    /// [`Budget`]'s rounds that freed memory, when the wait last looked.
+    seen: u64,
     /// The last write-back failure of its eviction rounds.
     failure: Option<(usize, Error)>,
 }
@@ -448,4 +484,26 @@ fn take_writeback_failure() -> Option<(usize, Error)> {
         .try_with(|f| f.try_borrow_mut().ok().and_then(|mut f| f.take()))
         .ok()
         .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wait runs out only after `wait` with no round freeing memory; a round that frees
+    /// some starts it again.
+    #[test]
+    fn a_wait_runs_out_only_without_progress() {
+        let wait = Duration::from_millis(1);
+        let (mut since, mut seen) = (None, 0);
+        assert!(
+            !waited_out(0, wait, &mut since, &mut seen),
+            "the first call starts it"
+        );
+        std::thread::sleep(2 * wait);
+        // A round freed memory meanwhile: the wait starts again.
+        assert!(!waited_out(1, wait, &mut since, &mut seen));
+        std::thread::sleep(2 * wait);
+        assert!(waited_out(1, wait, &mut since, &mut seen), "no round since");
+    }
 }
