@@ -206,3 +206,7 @@ def test_column_chunks_reject_what_is_not_parquet(data_file: Path):
         column_chunks(str(data_file))
     with pytest.raises(OverflowError):
         ucache.Cache("8MiB").map(str(data_file), column_chunks=[[(-1, 10)]])
+    from ucache.parquet import map_parquet
+
+    with pytest.raises(ucache.NotFound):
+        map_parquet(ucache.Cache("8MiB"), data_file.parent / "missing.parquet", transparent=True)

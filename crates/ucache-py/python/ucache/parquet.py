@@ -25,6 +25,7 @@ import threading
 from typing import Any
 
 from ._ucache import Mapping
+from .errors import NotFound
 
 
 class ParquetPrefetcher:
@@ -81,13 +82,16 @@ def column_chunks(source: Any) -> list[list[tuple[int, int]]]:
     """The byte range ``(start, end)`` of every column chunk of a Parquet file, by row group
     then column: ``column_chunks(f)[r][c]``. `source` is a :class:`ucache.Mapping` of the file
     (its footer is read through the cache) or a local path. Raises ``ValueError`` for a file
-    that is not Parquet."""
+    that is not Parquet and :class:`ucache.NotFound` for a path that does not exist."""
     import pyarrow.parquet as pq
 
     if isinstance(source, Mapping):
         meta = pq.read_metadata(io.BytesIO(_Tail(source, source.size).bytes()))
     else:
-        meta = pq.read_metadata(source)
+        try:
+            meta = pq.read_metadata(source)
+        except FileNotFoundError as e:
+            raise NotFound(f"{os.fspath(source)}: no such file") from e
     chunks = []
     for r in range(meta.num_row_groups):
         rg = meta.row_group(r)
