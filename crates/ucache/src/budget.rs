@@ -163,9 +163,11 @@ impl Budget {
     pub(crate) fn reserve_frame(&self, pool: &FramePool, wait: bool) -> Result<Option<u32>> {
         let chunk = pool.chunk_bytes();
         self.acquire(wait, |strict| {
-            if let Some(f) = pool.pop() {
+            if let Some((f, free)) = pool.pop() {
+                // The pool's estimate first: the exact look sums every shard's count, lines
+                // that other threads' misses write, and is for when the pool runs low.
                 let low = self.evictor.low();
-                if low > 0 && self.short_of(low) {
+                if low > 0 && free < low && self.short_of(low) {
                     self.evictor.kick();
                 }
                 return Some(f);

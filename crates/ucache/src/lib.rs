@@ -24,6 +24,7 @@ mod guard;
 mod held;
 mod io_worker;
 mod mapping;
+mod ordinal;
 pub mod policy;
 mod pool;
 mod reclaim;

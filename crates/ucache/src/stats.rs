@@ -4,7 +4,7 @@
 //! costs an uncontended relaxed add: a shared counter would bounce one line between all cores
 //! on every access and cap hit throughput. Reading sums the shards.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
@@ -130,7 +130,6 @@ impl Default for Stats {
     }
 }
 
-static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
 thread_local! {
     /// This thread's shard, and whether it is the shard's only writer. The first `SHARDS`
     /// threads own a shard each and count with plain load + store (no locked instruction on
@@ -138,7 +137,7 @@ thread_local! {
     /// adds. An owned shard is never shared: one plain store racing an atomic add would lose
     /// the add.
     static SHARD: (usize, bool) = {
-        let n = NEXT_THREAD.fetch_add(1, Relaxed);
+        let n = crate::ordinal::thread_ordinal();
         if n < SHARDS {
             (n, true)
         } else {

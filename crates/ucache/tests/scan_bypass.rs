@@ -336,7 +336,12 @@ fn concurrent_writers_and_scans_stress_every_word_verified() {
                     let (m, begun, done) = (m.clone(), begun.clone(), done.clone());
                     std::thread::spawn(move || {
                         let mut buf = vec![0u8; PIECE];
-                        for _pass in 0..3 {
+                        // Three passes, and on until the writers' misses have evicted a dirty
+                        // buffer: a fast build's readers finished three passes before the
+                        // writers filled the budget, and nothing was written back under them.
+                        let mut pass = 0;
+                        while pass < 3 || m.stats().writebacks == 0 {
+                            pass += 1;
                             let mut off = 0;
                             while off < LEN {
                                 let first = off / BS as u64;
