@@ -197,8 +197,8 @@ impl Prefetcher for ReadAhead {
                 takes_over,
             } = miss;
             // Taking over the least recently used slot: claim it by its stamp first, or two
-            // racing random misses both pick it and the second overwrites the first's new
-            // stream while other slots sit idle.
+            // racing new streams both pick it and the second overwrites the first while other
+            // slots sit idle.
             if let Some(stamp) = takes_over {
                 if self.used[k]
                     .compare_exchange(stamp, now, Ordering::Relaxed, Ordering::Relaxed)
@@ -355,8 +355,9 @@ struct RecentMisses {
 }
 
 impl RecentMisses {
-    /// Slots before [`Prefetcher::attach`] tells the mapping's size.
-    const UNATTACHED: u64 = 1024;
+    /// Slots before [`Prefetcher::attach`] tells the mapping's size (a mapping attaches its
+    /// detector before the first miss, and then gets its own table).
+    const UNATTACHED: u64 = 64;
     /// Slots at most (32 KiB).
     const MAX: u64 = 4096;
 
