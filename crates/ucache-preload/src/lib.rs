@@ -15,7 +15,8 @@
 //! and is not covered.
 //!
 //! Layout: `real` (the functions behind the shim and raw system calls), `config` (the
-//! environment), `store` (the file as a ucache object), `table` (the live mappings, read
+//! environment), `store` (the file as a ucache object), `readahead` (the shim's readahead, kept within the
+//! file), `table` (the live mappings, read
 //! without locks), `shim` (what the calls do), `stdio` (glibc's unlocked standard streams
 //! kept while the program has one thread), `reads` (read mode: `pread` of matched files served
 //! from the cache, `UCACHE_READS=1`), `interpose` (the exported symbols).
@@ -26,6 +27,7 @@
 mod config;
 #[cfg(not(test))]
 mod interpose;
+mod readahead;
 mod reads;
 mod real;
 mod shim;

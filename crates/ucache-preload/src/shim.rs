@@ -12,6 +12,7 @@ use ucache::policy::{Buffers, Layout, Policy};
 use ucache::{Cache, CacheOptions, FaultHandling, MapOptions};
 
 use crate::config::Config;
+use crate::readahead::{readahead, WithinFile};
 use crate::real::{self, say};
 use crate::store::{FileObject, OneObject, RawFile};
 use crate::table::{self, Entry};
@@ -174,16 +175,7 @@ pub(crate) fn config() -> Option<&'static Config> {
 /// sqlite scan on virtio ran at 0.40-0.61x plain mmap, with 4 and 8 MiB windows at 0.77-0.96x
 /// (docs/results/2026-11-26-preload-scans, section 5); 4 threads with 1 MiB windows did not
 /// help (one window is one job).
-const IO_THREADS: usize = 4;
-
-/// The shim's readahead: ucache's transparent default with windows up to 8 MiB, read as 8
-/// jobs of 1 MiB by the IO threads at once (see [`IO_THREADS`]).
-fn readahead(bs: usize) -> ReadAhead {
-    let bs = bs.max(1) as u64;
-    ReadAhead::new((16 << 10) / bs, ((8 << 20) / bs).max(4))
-        .asynchronous()
-        .start_window((1 << 20) / bs)
-}
+pub(crate) const IO_THREADS: usize = 4;
 
 pub(crate) fn cache() -> Option<&'static Cache> {
     CACHE
@@ -370,7 +362,8 @@ fn new_mapping(s: Spec) -> Option<*mut c_void> {
         Some(name) => ucache::policy::policy_by_name(name)?,
         None => Box::new(ucache::policy::Clock::new()),
     };
-    o = o.policy(Box::new(WithPrefetch::new(Named(p), readahead(bs))));
+    let ahead = WithinFile::new(readahead(bs), s.file.clone(), s.offset, bs);
+    o = o.policy(Box::new(WithPrefetch::new(Named(p), ahead)));
     if cfg.fault_threads > 0 {
         o = o.fault_handling(FaultHandling::HandlerThreads(cfg.fault_threads));
     }

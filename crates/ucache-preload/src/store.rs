@@ -52,7 +52,7 @@ impl RawFile {
         RawFile { fd, direct }
     }
 
-    fn size(&self) -> io::Result<u64> {
+    pub(crate) fn size(&self) -> io::Result<u64> {
         crate::real::fstat(self.fd)
             .map(|st| st.st_size as u64)
             .ok_or_else(io::Error::last_os_error)

@@ -62,7 +62,8 @@ fn through_shim(cmd: Command, glob: Option<&str>) -> Command {
 }
 
 /// Runs `cmd` as [`through_shim`] makes it and returns its stdout, checking that it succeeded
-/// and, through the shim, that the shim mapped something.
+/// and, through the shim, that the shim mapped something and that no store read failed (a
+/// readahead window past a file's end did, once: LMDB maps more than its file holds).
 fn run_ok(cmd: Command, glob: Option<&str>, what: &str) -> String {
     let out = run(through_shim(cmd, glob));
     let stdout = ok(&out, what);
@@ -70,6 +71,12 @@ fn run_ok(cmd: Command, glob: Option<&str>, what: &str) -> String {
         assert!(
             shim_mappings(&out.stderr) > 0,
             "{what}: the shim mapped nothing: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(
+            read_failures(&out.stderr),
+            0,
+            "{what}: store reads failed: {}",
             text(&out.stderr)
         );
     }

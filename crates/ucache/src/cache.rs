@@ -361,13 +361,13 @@ impl Cache {
                 && a.checked_add(len)
                     .is_some_and(|end| end <= base + m.len() as usize)
         };
-        for m in list.iter() {
+        for m in list.iter().filter_map(|m| m.get()) {
             // Every member is a mapping this façade made ([`Cache::map`]).
-            let Some(core) = (&**m as &dyn std::any::Any).downcast_ref::<MappingCore>() else {
+            let Some(core) = (&*m as &dyn std::any::Any).downcast_ref::<MappingCore>() else {
                 continue;
             };
             if within(core) {
-                let m: Arc<dyn std::any::Any + Send + Sync> = m.clone();
+                let m: Arc<dyn std::any::Any + Send + Sync> = m;
                 let core = m.downcast::<MappingCore>().expect("checked above");
                 let base = core.base() as usize;
                 return Ok((core, (a - base) as u64));

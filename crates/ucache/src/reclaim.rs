@@ -9,7 +9,7 @@
 
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use arc_swap::{ArcSwap, Guard};
 
@@ -63,9 +63,14 @@ pub(crate) trait Evictable: Any + Send + Sync {
 
 /// The members, changed only by map and unmap; read by evictors and address lookups without
 /// locking.
+///
+/// It holds members weakly: `unmap` waits until its handle holds the last reference to the
+/// mapping, so that the address range is free when it returns, and a round that took a copy
+/// of the list and waits in the global policy (a policy may block) must not hold that up.
+/// A round holds a member only while it asks or evicts it.
 #[derive(Default)]
 pub(crate) struct Registry {
-    list: ArcSwap<Vec<Arc<dyn Evictable>>>,
+    list: ArcSwap<Vec<Member>>,
     /// The eviction clock: bytes that eviction rounds have freed, ever.
     evicted_bytes: AtomicU64,
 }
@@ -125,8 +130,26 @@ impl Activity {
     }
 }
 
+/// A member of the [`Registry`]: its identity, and the member while it lives.
+#[derive(Clone)]
+pub(crate) struct Member {
+    id: u64,
+    member: Weak<dyn Evictable>,
+}
+
+impl Member {
+    /// The member, unless it is gone (dropped after leaving the list).
+    pub(crate) fn get(&self) -> Option<Arc<dyn Evictable>> {
+        self.member.upgrade()
+    }
+}
+
 impl Registry {
     pub(crate) fn add(&self, m: Arc<dyn Evictable>) {
+        let m = Member {
+            id: m.id(),
+            member: Arc::downgrade(&m),
+        };
         self.list.rcu(|list| {
             let mut l = Vec::clone(list);
             l.push(m.clone());
@@ -137,14 +160,14 @@ impl Registry {
     pub(crate) fn remove(&self, id: u64) {
         self.list.rcu(|list| {
             list.iter()
-                .filter(|m| m.id() != id)
+                .filter(|m| m.id != id)
                 .cloned()
                 .collect::<Vec<_>>()
         });
     }
 
     /// The members now.
-    pub(crate) fn load(&self) -> Guard<Arc<Vec<Arc<dyn Evictable>>>> {
+    pub(crate) fn load(&self) -> Guard<Arc<Vec<Member>>> {
         self.list.load()
     }
 
@@ -156,13 +179,22 @@ impl Registry {
         let list = self.list.load();
         let clock = self.evicted_bytes.load(Relaxed);
         let horizon = budget / IDLE_HORIZON;
+        // A member gone since the list was copied holds nothing: the policy sees it empty.
         let usage: Vec<MappingUsage> = list
             .iter()
-            .map(|m| MappingUsage {
-                resident: m.resident(),
-                buffer_size: m.buffer_size(),
-                weight: m.weight(),
-                idle: m.idle(clock, horizon),
+            .map(|m| match m.get() {
+                Some(m) => MappingUsage {
+                    resident: m.resident(),
+                    buffer_size: m.buffer_size(),
+                    weight: m.weight(),
+                    idle: m.idle(clock, horizon),
+                },
+                None => MappingUsage {
+                    resident: 0,
+                    buffer_size: 4096,
+                    weight: 1,
+                    idle: true,
+                },
             })
             .collect();
         let mut order = Vec::with_capacity(list.len());
@@ -171,7 +203,9 @@ impl Registry {
         let mut freed = 0;
         let mut left: Option<u64> = None;
         for i in order {
-            let Some(m) = list.get(i) else { continue };
+            let Some(m) = list.get(i).and_then(Member::get) else {
+                continue;
+            };
             let bs = m.buffer_size() as u64;
             let bytes = *left.get_or_insert_with(|| batch.buffers_for(bs as usize) as u64 * bs);
             if bytes == 0 {

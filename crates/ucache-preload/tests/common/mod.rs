@@ -113,6 +113,16 @@ pub fn direct_read_bytes(stderr: &[u8]) -> u64 {
         .sum()
 }
 
+/// The failed store reads the shim's statistics report (summed over its processes).
+pub fn read_failures(stderr: &[u8]) -> u64 {
+    let s = String::from_utf8_lossy(stderr);
+    s.lines()
+        .filter(|l| l.starts_with("ucache-preload: stats: mappings "))
+        .filter_map(|l| l.split("read_failures: ").nth(1))
+        .filter_map(|r| r.split(',').next()?.trim().parse::<u64>().ok())
+        .sum()
+}
+
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }

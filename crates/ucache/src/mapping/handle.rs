@@ -527,7 +527,10 @@ impl Mapping {
     /// range is released faults as on unmapped memory.
     pub fn unmap(self) -> std::result::Result<(), UnmapError> {
         match self.core.release() {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.wait_for_the_last_reference();
+                Ok(())
+            }
             Err(error) => Err(UnmapError {
                 error,
                 mapping: self,
@@ -536,19 +539,39 @@ impl Mapping {
     }
 }
 
+impl Mapping {
+    /// Returns once this handle holds the only reference to the mapping, so that dropping it
+    /// unmaps the address range: a caller may map something there as soon as `unmap` (or the
+    /// drop) returns. Others hold references only briefly once the mapping has left the cache:
+    /// an IO thread finishing a job of it, the evictor's pass over an older list of mappings,
+    /// a fault thread between two faults.
+    fn wait_for_the_last_reference(&self) {
+        while Arc::strong_count(&self.core) > 1 {
+            crate::sync::yield_now();
+        }
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         if self.core.forked_away() {
-            // A forked child's copy: the parent writes back; the child must not.
+            // A forked child's copy: the parent writes back; the child must not. Nor may it
+            // unmap the range, which holds what the fork left there (the fence, or what the
+            // child put in its place, such as the LD_PRELOAD shim's kernel mapping): the
+            // child never drops the core.
+            std::mem::forget(Arc::clone(&self.core));
             return;
         }
-        if let Err(e) = self.core.release() {
-            eprintln!(
-                "ucache: mapping of '{}' dropped with data not written back: {e} \
-                 (call unmap() to handle this error)",
-                self.core.object.name()
-            );
-            self.core.cache.budget.mappings().remove(self.core.id);
+        match self.core.release() {
+            Ok(()) => self.wait_for_the_last_reference(),
+            Err(e) => {
+                eprintln!(
+                    "ucache: mapping of '{}' dropped with data not written back: {e} \
+                     (call unmap() to handle this error)",
+                    self.core.object.name()
+                );
+                self.core.cache.budget.mappings().remove(self.core.id);
+            }
         }
     }
 }
