@@ -96,30 +96,26 @@ pub fn under_shim(mut cmd: Command, files: &str, memory: &str) -> Command {
 
 /// The number of mappings the shim made, from its `UCACHE_STATS` line (0 if none).
 pub fn shim_mappings(stderr: &[u8]) -> u64 {
-    let s = String::from_utf8_lossy(stderr);
-    s.lines()
-        .filter_map(|l| l.strip_prefix("ucache-preload: stats: mappings "))
-        .filter_map(|r| r.split(',').next()?.trim().parse::<u64>().ok())
-        .sum()
+    stats_sum(stderr, "stats: mappings ", ',')
 }
 
 /// The direct-read bytes the shim's statistics line reports (summed over its processes).
 pub fn direct_read_bytes(stderr: &[u8]) -> u64 {
-    let s = String::from_utf8_lossy(stderr);
-    s.lines()
-        .filter(|l| l.starts_with("ucache-preload: stats: mappings "))
-        .filter_map(|l| l.split("direct-read bytes ").nth(1))
-        .filter_map(|r| r.split(';').next()?.trim().parse::<u64>().ok())
-        .sum()
+    stats_sum(stderr, "direct-read bytes ", ';')
 }
 
 /// The failed store reads the shim's statistics report (summed over its processes).
 pub fn read_failures(stderr: &[u8]) -> u64 {
+    stats_sum(stderr, "read_failures: ", ',')
+}
+
+/// The number between `key` and `end` on each statistics line of the shim, summed.
+fn stats_sum(stderr: &[u8], key: &str, end: char) -> u64 {
     let s = String::from_utf8_lossy(stderr);
     s.lines()
         .filter(|l| l.starts_with("ucache-preload: stats: mappings "))
-        .filter_map(|l| l.split("read_failures: ").nth(1))
-        .filter_map(|r| r.split(',').next()?.trim().parse::<u64>().ok())
+        .filter_map(|l| l.split(key).nth(1))
+        .filter_map(|r| r.split(end).next()?.trim().parse::<u64>().ok())
         .sum()
 }
 
