@@ -15,11 +15,11 @@
 //! and is not covered.
 //!
 //! Layout: `real` (the functions behind the shim and raw system calls), `config` (the
-//! environment), `store` (the file as a ucache object), `readahead` (the shim's readahead, kept within the
-//! file), `table` (the live mappings, read
-//! without locks), `shim` (what the calls do), `stdio` (glibc's unlocked standard streams
-//! kept while the program has one thread), `reads` (read mode: `pread` of matched files served
-//! from the cache, `UCACHE_READS=1`), `interpose` (the exported symbols).
+//! environment), `store` (the file as a ucache object), `readahead` (the shim's readahead,
+//! kept within the file), `table` (the live mappings, read without locks), `shim` (what the
+//! calls do), `stdio` (glibc's unlocked standard streams kept while the program has one
+//! thread), `reads` (read mode: `pread` of matched files served from the cache,
+//! `UCACHE_READS=1`), `interpose` (the exported symbols).
 
 // The unit tests build without the exported symbols (`interpose`), so much is unused there.
 #![cfg_attr(test, allow(dead_code))]

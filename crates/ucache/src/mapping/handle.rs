@@ -524,7 +524,8 @@ impl Mapping {
     /// As with `munmap`, accesses must have ended: plain loads and stores through a
     /// transparent mapping's pointer by other threads during `unmap` are a use after unmap. A
     /// store that lands after the last write-back pass is lost, and any access after the
-    /// range is released faults as on unmapped memory.
+    /// range is released faults as on unmapped memory. When it returns `Ok`, the range is
+    /// unmapped: the caller may map something else there at once.
     pub fn unmap(self) -> std::result::Result<(), UnmapError> {
         match self.core.release() {
             Ok(()) => {
@@ -537,14 +538,12 @@ impl Mapping {
             }),
         }
     }
-}
 
-impl Mapping {
     /// Returns once this handle holds the only reference to the mapping, so that dropping it
     /// unmaps the address range: a caller may map something there as soon as `unmap` (or the
-    /// drop) returns. Others hold references only briefly once the mapping has left the cache:
-    /// an IO thread finishing a job of it, the evictor's pass over an older list of mappings,
-    /// a fault thread between two faults.
+    /// drop) returns. Others hold references only briefly once the mapping has left the cache
+    /// (and the registry holds none, `reclaim::Registry`): an IO thread finishing a job of it,
+    /// an eviction round evicting from it, a fault thread between two faults.
     fn wait_for_the_last_reference(&self) {
         while Arc::strong_count(&self.core) > 1 {
             crate::sync::yield_now();
