@@ -432,3 +432,119 @@ fn userfaultfd_area_within(start: usize, len: usize) -> bool {
     }
     false
 }
+
+/// What the mapping's policy below shares with the test: a round parks in it once armed.
+#[derive(Default)]
+struct Parking {
+    armed: AtomicBool,
+    entered: AtomicBool,
+    go: AtomicBool,
+}
+
+/// CLOCK, whose first choice of victims after arming waits for `go`.
+struct ParkingClock(ucache::policy::Clock, Arc<Parking>);
+
+impl ucache::policy::Policy for ParkingClock {
+    fn name(&self) -> &str {
+        "parking-clock"
+    }
+    fn attach(&mut self, layout: ucache::policy::Layout) {
+        self.0.attach(layout)
+    }
+    fn choose_eviction_buffers(
+        &self,
+        b: &ucache::policy::Buffers<'_>,
+        want: usize,
+        out: &mut Vec<u64>,
+    ) {
+        if self.1.armed.swap(false, Ordering::SeqCst) {
+            self.1.entered.store(true, Ordering::SeqCst);
+            while !self.1.go.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        self.0.choose_eviction_buffers(b, want, out)
+    }
+    fn on_insert(&self, i: u64) {
+        self.0.on_insert(i)
+    }
+    fn on_evict(&self, i: u64) {
+        self.0.on_evict(i)
+    }
+}
+
+/// `unmap` returns only once an eviction round that holds the mapping (here, parked in the
+/// mapping's own policy) has let go of it, so the range is gone when it returns. Without the
+/// wait, `unmap` returned while the round held the mapping, its range still registered.
+#[test]
+fn unmap_waits_for_an_eviction_round_that_holds_the_mapping() {
+    if mode().as_deref() != Some("unmapround") {
+        assert_child_done(
+            "unmap_waits_for_an_eviction_round_that_holds_the_mapping",
+            "unmapround",
+        );
+        return;
+    }
+    watchdog(300);
+    let store = Arc::new(MemoryStore::new());
+    store.insert("y", vec![5; 16 * BS]);
+    store.insert("x", vec![6; 64 * BS]);
+    let cache = Cache::new(
+        CacheOptions::new(16 * BS as u64)
+            .batch(1)
+            .background_eviction(false),
+    )
+    .unwrap();
+    let park = Arc::new(Parking::default());
+    let policy = ParkingClock(ucache::policy::Clock::new(), park.clone());
+    let y = cache
+        .map(
+            store.clone(),
+            "y",
+            MapOptions::new().transparent(true).policy(Box::new(policy)),
+        )
+        .unwrap();
+    let x = cache.map(store, "x", MapOptions::new()).unwrap();
+    let (p, len) = (y.as_ptr() as usize, y.len() as usize);
+    for i in 0..16 {
+        // SAFETY: inside the transparent mapping; the load faults into ucache.
+        assert_eq!(
+            unsafe { std::ptr::read_volatile((p + i * BS) as *const u8) },
+            5
+        );
+    }
+    park.armed.store(true, Ordering::SeqCst);
+    let done = AtomicBool::new(false);
+    let left = std::thread::scope(|s| {
+        // A loader whose eviction round parks in y's policy, holding y.
+        s.spawn(|| {
+            for i in 0..64 {
+                assert_eq!(x.pin_shared(i).unwrap()[0], 6);
+            }
+        });
+        while !park.entered.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let u = s.spawn(|| {
+            y.unmap().unwrap();
+            let left = userfaultfd_area_within(p, len);
+            done.store(true, Ordering::SeqCst);
+            left
+        });
+        // Room for an early return to show (not a bound on anything: with the wait, unmap
+        // returns after `go` whenever that comes).
+        for _ in 0..2000 {
+            if done.load(Ordering::SeqCst) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        park.go.store(true, Ordering::SeqCst);
+        u.join().unwrap()
+    });
+    if left {
+        println!("unmap returned with the range still mapped by ucache");
+        return;
+    }
+    println!("DONE");
+}
