@@ -363,6 +363,17 @@ fn exclusive_guards_write_with_handler_threads() {
     assert_eq!(store.get("t").unwrap()[BS + 5], 4);
 }
 
+/// Whether this process is test `name`'s child in `mode` (with a watchdog started); if not,
+/// runs that child and asserts that it printed `DONE`.
+fn as_child(name: &str, mode_: &str) -> bool {
+    if mode().as_deref() == Some(mode_) {
+        watchdog(300);
+        return true;
+    }
+    assert_child_done(name, mode_);
+    false
+}
+
 /// The address range of a mapping is free when `unmap` returns: a program may map something
 /// there at once (the LD_PRELOAD shim puts the kernel's mapping in its place). Before, the
 /// range was unmapped when the last reference to the mapping went, which an IO thread
@@ -375,14 +386,12 @@ fn exclusive_guards_write_with_handler_threads() {
 /// the cache's own included, may map something else there once it is free).
 #[test]
 fn unmap_leaves_the_address_range_free_when_it_returns() {
-    if mode().as_deref() != Some("unmapfree") {
-        assert_child_done(
-            "unmap_leaves_the_address_range_free_when_it_returns",
-            "unmapfree",
-        );
+    if !as_child(
+        "unmap_leaves_the_address_range_free_when_it_returns",
+        "unmapfree",
+    ) {
         return;
     }
-    watchdog(300);
     const BUFFERS: usize = 256;
     let store = Arc::new(MemoryStore::new());
     store.insert("t", vec![3; BUFFERS * BS]);
@@ -478,14 +487,12 @@ impl ucache::policy::Policy for ParkingClock {
 /// wait, `unmap` returned while the round held the mapping, its range still registered.
 #[test]
 fn unmap_waits_for_an_eviction_round_that_holds_the_mapping() {
-    if mode().as_deref() != Some("unmapround") {
-        assert_child_done(
-            "unmap_waits_for_an_eviction_round_that_holds_the_mapping",
-            "unmapround",
-        );
+    if !as_child(
+        "unmap_waits_for_an_eviction_round_that_holds_the_mapping",
+        "unmapround",
+    ) {
         return;
     }
-    watchdog(300);
     let store = Arc::new(MemoryStore::new());
     store.insert("y", vec![5; 16 * BS]);
     store.insert("x", vec![6; 64 * BS]);

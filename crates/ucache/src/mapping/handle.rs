@@ -545,8 +545,16 @@ impl Mapping {
     /// (and the registry holds none, `reclaim::Registry`): an IO thread finishing a job of it,
     /// an eviction round evicting from it, a fault thread between two faults.
     fn wait_for_the_last_reference(&self) {
+        // Yields first (the usual holder lets go within microseconds), then naps, so that a
+        // round held up in a slow policy does not cost a spinning core meanwhile.
+        let mut yields = 0u32;
         while Arc::strong_count(&self.core) > 1 {
-            crate::sync::yield_now();
+            if yields < 1000 || !crate::sync::CAN_PARK {
+                yields += 1;
+                crate::sync::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
         }
     }
 }
