@@ -15,6 +15,7 @@
 // `store`); what else is public is re-exported below, one chosen list.
 mod budget;
 mod cache;
+mod cache_line;
 pub mod error;
 mod evictor;
 mod fault;

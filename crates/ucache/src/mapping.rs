@@ -284,12 +284,9 @@ impl MappingCore {
         } else {
             Home::InPlace(Region::reserve(bytes, bs.min(2 << 20))?)
         };
-        let mut states = Vec::new();
-        if states.try_reserve_exact(nbuf as usize).is_err() {
+        let Some(states) = crate::region::huge_table(nbuf as usize, BufferState::new) else {
             return Err(too_large);
-        }
-        states.extend((0..nbuf).map(|_| BufferState::new()));
-        let states = states.into_boxed_slice();
+        };
         let layout = Layout {
             buffers: nbuf,
             capacity: (cache.budget.budget_bytes() / bs as u64).max(1),

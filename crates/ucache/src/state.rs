@@ -333,13 +333,7 @@ impl BufferState {
     /// read next (trace replay, a clock sweep) and would otherwise stall on each. Only a hint.
     #[inline]
     pub(crate) fn prefetch(&self) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            // SAFETY: a prefetch never faults and does not change memory; SSE is part of the
-            // x86-64 baseline.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(self as *const BufferState as *const i8) };
-        }
+        crate::cache_line::prefetch(self);
     }
 
     #[inline]

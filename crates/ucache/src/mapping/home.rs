@@ -37,18 +37,13 @@ pub(super) enum Home {
 
 impl Home {
     pub(super) fn pool(pool: Arc<FramePool>, buffers: u64) -> Result<Home> {
-        let mut frames = Vec::new();
-        if frames.try_reserve_exact(buffers as usize).is_err() {
-            return Err(Error::BadLength {
+        let frames = crate::region::huge_table(buffers as usize, || AtomicU32::new(0)).ok_or(
+            Error::BadLength {
                 len: buffers,
                 why: "too many buffers for the frame table",
-            });
-        }
-        frames.extend((0..buffers).map(|_| AtomicU32::new(0)));
-        Ok(Home::Pool {
-            pool,
-            frames: frames.into_boxed_slice(),
-        })
+            },
+        )?;
+        Ok(Home::Pool { pool, frames })
     }
 
     pub(super) fn region(&self) -> Option<&Region> {

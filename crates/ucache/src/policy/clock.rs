@@ -150,7 +150,8 @@ impl Policy for Clock {
                 SWEEP,
                 |k| {
                     if prefetch {
-                        buffers.prefetch(k)
+                        buffers.prefetch(k);
+                        set.prefetch(k);
                     }
                 },
                 |i| {

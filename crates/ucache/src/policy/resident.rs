@@ -17,18 +17,24 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use crossbeam_utils::CachePadded;
+
 const EMPTY: u64 = u64::MAX;
 const LOW: u64 = u32::MAX as u64;
 
 pub struct ResidentSet {
     slots: Box<[AtomicU64]>,
     mask: u64,
-    hand: AtomicU64,
-    /// Where the last insert's probe stopped (low half: the slot before the one it took) and
-    /// the hand's low 32 bits then (high half).
-    fill: AtomicU64,
     /// The slot of each present key; stale for absent keys, which `remove` detects.
     at: Box<[AtomicU32]>,
+    /// The two words every evictor and every loader writes sit on lines of their own: on the
+    /// line of the fields above, which every insert and remove reads, each write made the
+    /// other threads' next insert or remove wait for the line
+    /// (docs/results/2026-11-27-metadata-pages).
+    hand: CachePadded<AtomicU64>,
+    /// Where the last insert's probe stopped (low half: the slot before the one it took) and
+    /// the hand's low 32 bits then (high half).
+    fill: CachePadded<AtomicU64>,
     /// Slots looked at by inserts, for the test that filling is linear.
     #[cfg(test)]
     probes: AtomicU64,
@@ -40,11 +46,13 @@ impl ResidentSet {
         let n = (capacity.max(1) * 2).next_power_of_two();
         assert!(n <= 1 << 32, "a resident set of more than 2^31 buffers");
         ResidentSet {
-            slots: (0..n).map(|_| AtomicU64::new(EMPTY)).collect(),
+            slots: crate::region::huge_table(n as usize, || AtomicU64::new(EMPTY))
+                .expect("memory for a resident set"),
             mask: n - 1,
-            hand: AtomicU64::new(0),
-            fill: AtomicU64::new(n - 1),
-            at: (0..keys).map(|_| AtomicU32::new(0)).collect(),
+            hand: CachePadded::new(AtomicU64::new(0)),
+            fill: CachePadded::new(AtomicU64::new(n - 1)),
+            at: crate::region::huge_table(keys as usize, || AtomicU32::new(0))
+                .expect("memory for a resident set's slot table"),
             #[cfg(test)]
             probes: AtomicU64::new(0),
         }
@@ -90,6 +98,16 @@ impl ResidentSet {
             pos = pos.wrapping_sub(1) & self.mask;
         }
         false
+    }
+
+    /// Hints that `key` may be removed soon: starts fetching the line that remembers its slot
+    /// (a sweep calls this for the keys it is about to propose, whose removals would
+    /// otherwise each stall on a cold line, one after another).
+    #[inline]
+    pub fn prefetch(&self, key: u64) {
+        if let Some(at) = self.at.get(key as usize) {
+            crate::cache_line::prefetch(at);
+        }
     }
 
     /// Removes `key`; returns whether it was present.
