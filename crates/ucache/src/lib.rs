@@ -21,6 +21,7 @@ mod evictor;
 mod fault;
 mod fault_thread;
 mod fork;
+mod gauge;
 mod guard;
 mod held;
 mod io_worker;

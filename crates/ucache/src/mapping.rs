@@ -28,7 +28,7 @@
 
 use std::io;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::error::{Bounds, Error, Result};
@@ -116,7 +116,8 @@ pub(crate) struct MappingCore {
     /// Where a scan reads ahead past the cache, on a store that does not read ahead itself.
     scan_ring: Option<scan_ring::ScanRing>,
     writable: bool,
-    resident: AtomicU64,
+    /// Buffers resident, for the eviction round's shares and [`Mapping::resident`].
+    resident: crate::gauge::ShardedGauge,
     /// [`MapOptions::weight`], for the global policy.
     weight: u32,
     unmapped: AtomicBool,
@@ -367,7 +368,7 @@ impl MappingCore {
             home,
             states,
             writable,
-            resident: AtomicU64::new(0),
+            resident: crate::gauge::ShardedGauge::new(),
             weight: o.weight,
             unmapped: AtomicBool::new(false),
             fault_hook: o.fault_hook,
@@ -438,7 +439,7 @@ impl MappingCore {
     }
 
     pub(crate) fn resident(&self) -> u64 {
-        self.resident.load(Ordering::Relaxed)
+        self.resident.get()
     }
     pub(crate) fn is_transparent(&self) -> bool {
         self.home.is_transparent()
@@ -574,10 +575,7 @@ impl Drop for MappingCore {
     fn drop(&mut self) {
         // Set-aside buffers are resident, but their budget is the pool's.
         let carried = self.aside.as_ref().map_or(0, |p| p.carried());
-        let left = self
-            .resident
-            .load(Ordering::Relaxed)
-            .saturating_sub(carried);
+        let left = self.resident.get().saturating_sub(carried);
         self.give_back_resident(left);
         if let Some(pool) = &self.aside {
             pool.give_back(&self.cache.budget);

@@ -311,7 +311,7 @@ impl MappingCore {
             self.policy.on_evict(i);
             let r = s.update(|w| Some(w.abort_load()));
             debug_assert!(r.is_ok());
-            self.resident.fetch_sub(1, Ordering::Relaxed);
+            self.resident.sub(1);
             self.stats().add(Counter::Evictions, 1);
             return Err(e);
         }

@@ -253,7 +253,7 @@ impl MappingCore {
             debug_assert!(r.is_ok());
         }
         let n = gone.len() as u64;
-        self.resident.fetch_sub(n, Ordering::Relaxed);
+        self.resident.sub(n);
         self.release_evicted(n - carried);
         let st = self.stats();
         st.add(Counter::Evictions, n);

@@ -100,6 +100,7 @@ impl MappingCore {
     /// Pins buffer `i`, loading it if needed. The heart of the hit and miss paths.
     #[inline]
     fn pin(self: &Arc<Self>, s: &BufferState, i: u64, pin: Pin, read_ahead: bool) -> Result<()> {
+        self.prefetch_home(i);
         if pin == Pin::Shared && self.pin_hit(s, i) {
             return Ok(());
         }
