@@ -2,9 +2,10 @@
 //!
 //! A mapping's count of resident buffers is bumped by every miss and lowered by every
 //! eviction. As one atomic, every miss's locked add had to take its line from the thread of
-//! the last one: the add and the stores queued before it were 60% of `load_one`'s samples at
-//! two threads (docs/results/2026-11-27-metadata-pages). Here each thread adds to its own
-//! shard's line, and the rare reader (an eviction round, `Mapping::resident`) sums them.
+//! the last one: the add, and the store queued before it, were about 60% of `load_one`'s
+//! samples at two threads (docs/results/2026-11-27-metadata-pages). Here each thread adds to
+//! its own shard's line, and the rare reader (an eviction round, `Mapping::resident`) sums
+//! them.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
