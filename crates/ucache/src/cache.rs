@@ -21,7 +21,7 @@ use crate::store::Store;
 const DEFAULT_BATCH_BYTES: u64 = 256 << 10;
 /// One IO thread per CPU, at most 4.
 fn default_io_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+    crate::ordinal::cpus().min(4)
 }
 
 /// [`CacheOptions::BACKGROUND_EVICTION_BATCHES`].

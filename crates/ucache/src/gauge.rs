@@ -8,7 +8,6 @@
 //! them.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::OnceLock;
 
 use crossbeam_utils::CachePadded;
 
@@ -23,13 +22,7 @@ pub(crate) struct ShardedGauge {
 impl ShardedGauge {
     /// A gauge at zero, with one shard per CPU up to [`MAX_SHARDS`].
     pub(crate) fn new() -> Self {
-        // Asked once per process: the answer reads cgroup files, and a program under the
-        // preload shim makes a mapping for every file it maps.
-        static SHARDS: OnceLock<usize> = OnceLock::new();
-        let n = *SHARDS.get_or_init(|| {
-            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-            cpus.min(MAX_SHARDS).next_power_of_two()
-        });
+        let n = crate::ordinal::cpus().min(MAX_SHARDS).next_power_of_two();
         ShardedGauge {
             shards: (0..n)
                 .map(|_| CachePadded::new(AtomicU64::new(0)))

@@ -17,6 +17,14 @@ pub(crate) fn thread_ordinal() -> usize {
     ORDINAL.with(|o| *o)
 }
 
+/// The CPUs this process may run on, asked once: how many shards a sharded structure keeps
+/// and how many IO threads a cache starts. Asking reads cgroup files, and a program under the
+/// preload shim makes a mapping, and so a sharded count, for every file it maps.
+pub(crate) fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

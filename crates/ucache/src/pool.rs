@@ -99,8 +99,7 @@ impl FramePool {
     /// before a chunk is given back (one eviction batch). One shard per core, as many as
     /// there are chunks at most.
     pub(crate) fn new(bs: usize, budget: u64, keep: usize, huge: bool) -> Result<FramePool> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self::with_shards(bs, budget, keep, huge, cores)
+        Self::with_shards(bs, budget, keep, huge, crate::ordinal::cpus())
     }
 
     /// [`FramePool::new`] with `shards` shards (fewer if there are fewer chunks).
