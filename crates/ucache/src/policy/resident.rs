@@ -102,7 +102,8 @@ impl ResidentSet {
 
     /// Hints that `key` may be removed soon: starts fetching the line that remembers its slot
     /// (a sweep calls this for the keys it is about to propose, whose removals would
-    /// otherwise each stall on a cold line, one after another).
+    /// otherwise each stall on a cold line, one after another). Only a hint: a key outside
+    /// the set's range is ignored, as [`crate::policy::Buffers::prefetch`] ignores one.
     #[inline]
     pub fn prefetch(&self, key: u64) {
         if let Some(at) = self.at.get(key as usize) {
@@ -201,6 +202,18 @@ mod tests {
             seen.insert(k);
         });
         assert_eq!(seen, (50..100).map(|k| k * 7).collect());
+    }
+
+    #[test]
+    fn prefetch_is_a_hint_that_ignores_keys_out_of_range() {
+        let s = ResidentSet::new(4, 10);
+        assert!(s.insert(3));
+        for k in [0, 3, 9, 10, u64::MAX] {
+            s.prefetch(k);
+        }
+        assert_eq!(s.count(), 1);
+        assert!(s.remove(3));
+        assert!(!s.remove(10));
     }
 
     #[test]
