@@ -9,31 +9,23 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crossbeam_utils::CachePadded;
-
-/// Shards at most: a power of two, so a thread's shard is its ordinal masked.
-const MAX_SHARDS: usize = 16;
+use crate::per_thread::PerThread;
 
 pub(crate) struct ShardedGauge {
-    shards: Box<[CachePadded<AtomicU64>]>,
-    mask: usize,
+    shards: PerThread<AtomicU64>,
 }
 
 impl ShardedGauge {
-    /// A gauge at zero, with one shard per CPU up to [`MAX_SHARDS`].
+    /// A gauge at zero, with a shard per CPU ([`PerThread`]).
     pub(crate) fn new() -> Self {
-        let n = crate::ordinal::cpus().min(MAX_SHARDS).next_power_of_two();
         ShardedGauge {
-            shards: (0..n)
-                .map(|_| CachePadded::new(AtomicU64::new(0)))
-                .collect(),
-            mask: n - 1,
+            shards: PerThread::new(|| AtomicU64::new(0)),
         }
     }
 
     #[inline]
     fn shard(&self) -> &AtomicU64 {
-        &self.shards[crate::ordinal::thread_ordinal() & self.mask]
+        self.shards.mine()
     }
 
     #[inline]

@@ -27,6 +27,7 @@ mod held;
 mod io_worker;
 mod mapping;
 mod ordinal;
+mod per_thread;
 pub mod policy;
 mod pool;
 mod reclaim;

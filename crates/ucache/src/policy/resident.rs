@@ -4,7 +4,8 @@
 //! Policies that scan for victims must not scan the whole mapping (it can be many times larger
 //! than memory), so they keep the resident buffers here: a ring of slots twice the capacity.
 //! A key enters the free slot closest behind the shared hand, so the hand meets it only after
-//! a full lap. After an eviction round the newcomers take their victims' slots, as the
+//! a full lap; concurrent inserters each take a line of slots at a time from there backwards,
+//! so that two of them do not write one line by turns. After an eviction round the newcomers take their victims' slots, as the
 //! textbook clock puts a page into its victim's frame, and buffers loaded together (a scan, a
 //! readahead run) sit together and are evicted together, in one range. Keys inserted between
 //! two sweeps are met newest first. vmcache places a key by its hash instead; with that order,
@@ -19,8 +20,14 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
+use crate::per_thread::PerThread;
+
 const EMPTY: u64 = u64::MAX;
 const LOW: u64 = u32::MAX as u64;
+/// A fill hint's slot when its line is used up (no ring has 2^32 slots).
+const NO_SLOT: u64 = LOW;
+/// Slots on one 64-byte line.
+const SLOTS_PER_LINE: u64 = 8;
 
 pub struct ResidentSet {
     slots: Box<[AtomicU64]>,
@@ -32,9 +39,17 @@ pub struct ResidentSet {
     /// other threads' next insert or remove wait for the line
     /// (docs/results/2026-11-27-metadata-pages).
     hand: CachePadded<AtomicU64>,
-    /// Where the last insert's probe stopped (low half: the slot before the one it took) and
-    /// the hand's low 32 bits then (high half).
+    /// The next line of slots to hand out to an inserting thread (low half: its last slot not
+    /// handed out) and the hand's low 32 bits then (high half).
     fill: CachePadded<AtomicU64>,
+    /// Per thread: the next slot of the line it claimed (low half, [`NO_SLOT`] once the line
+    /// is used up) and the hand's low 32 bits then. When every insert took the slot after the
+    /// last one's, two loading threads wrote the same slot line and the same cursor by turns,
+    /// and both loads were about three quarters of `insert`'s samples at two threads
+    /// (docs/results/2026-11-27-evening).
+    hints: PerThread<AtomicU64>,
+    /// Slots per line handed out: a cache line's worth, or the whole ring if smaller.
+    line: u64,
     /// Slots looked at by inserts, for the test that filling is linear.
     #[cfg(test)]
     probes: AtomicU64,
@@ -43,14 +58,20 @@ pub struct ResidentSet {
 impl ResidentSet {
     /// A set for at most `capacity` keys at once, each below `keys`.
     pub fn new(capacity: u64, keys: u64) -> Self {
+        Self::with_hints(capacity, keys, PerThread::new(|| AtomicU64::new(NO_SLOT)))
+    }
+
+    fn with_hints(capacity: u64, keys: u64, hints: PerThread<AtomicU64>) -> Self {
         let n = (capacity.max(1) * 2).next_power_of_two();
-        assert!(n <= 1 << 32, "a resident set of more than 2^31 buffers");
+        assert!(n <= 1 << 31, "a resident set of more than 2^30 buffers");
         ResidentSet {
             slots: crate::region::huge_table(n as usize, || AtomicU64::new(EMPTY))
                 .expect("memory for a resident set"),
             mask: n - 1,
             hand: CachePadded::new(AtomicU64::new(0)),
             fill: CachePadded::new(AtomicU64::new(n - 1)),
+            hints,
+            line: SLOTS_PER_LINE.min(n),
             at: crate::region::huge_table(keys as usize, || AtomicU32::new(0))
                 .expect("memory for a resident set's slot table"),
             #[cfg(test)]
@@ -70,20 +91,20 @@ impl ResidentSet {
             self.at.len()
         );
         let hand = self.hand.load(Ordering::Relaxed) & LOW;
-        let fill = self.fill.load(Ordering::Relaxed);
-        // While the hand has not moved, the slots between it and the last insert are full:
-        // start where that insert stopped, or filling a set without evicting (a cache warming
-        // up) would probe them all again for every key. A stale or raced hint only costs
-        // probes; any empty slot is a correct place.
-        let mut pos = if fill >> 32 == hand {
-            fill & LOW
+        let hint = self.hints.mine();
+        let h = hint.load(Ordering::Relaxed);
+        let mut pos = if h >> 32 == hand && h & LOW != NO_SLOT {
+            h & LOW
         } else {
-            hand.wrapping_sub(1) & self.mask
+            self.claim_line(hand)
         };
+        // A lap's worth of probes: beyond that every slot was looked at (other threads'
+        // claims only make this thread's lap longer), and the set is full.
         for _ in 0..=self.mask {
             #[cfg(test)]
             self.probes.fetch_add(1, Ordering::Relaxed);
             let slot = &self.slots[pos as usize];
+            let first_of_line = pos & (self.line - 1) == 0;
             if slot.load(Ordering::Relaxed) == EMPTY
                 && slot
                     .compare_exchange(EMPTY, key, Ordering::AcqRel, Ordering::Relaxed)
@@ -91,13 +112,45 @@ impl ResidentSet {
             {
                 // Ordered before any remove by the state word's transitions (module docs).
                 self.at[key as usize].store(pos as u32, Ordering::Relaxed);
-                let next = pos.wrapping_sub(1) & self.mask;
-                self.fill.store(hand << 32 | next, Ordering::Relaxed);
+                let next = if first_of_line { NO_SLOT } else { pos - 1 };
+                hint.store(hand << 32 | next, Ordering::Relaxed);
                 return true;
             }
-            pos = pos.wrapping_sub(1) & self.mask;
+            pos = if first_of_line {
+                self.claim_line(hand)
+            } else {
+                pos - 1
+            };
         }
         false
+    }
+
+    /// Claims the next line of slots to fill for the calling thread and returns the slot to
+    /// start at (the line's last one not yet handed out). Lines are handed out from the one
+    /// just behind the hand backwards, so newcomers still enter behind the hand; a thread then
+    /// fills its line alone, and the shared cursor is written once per line, not per insert.
+    fn claim_line(&self, hand: u64) -> u64 {
+        let mut f = self.fill.load(Ordering::Relaxed);
+        loop {
+            // While the hand has not moved, the lines between it and the cursor are handed
+            // out: go on from the cursor, or filling a set without evicting (a cache warming
+            // up) would probe them all again for every line.
+            let start = if f >> 32 == hand {
+                f & LOW
+            } else {
+                hand.wrapping_sub(1) & self.mask
+            };
+            let next = (start & !(self.line - 1)).wrapping_sub(1) & self.mask;
+            match self.fill.compare_exchange_weak(
+                f,
+                hand << 32 | next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return start,
+                Err(now) => f = now,
+            }
+        }
     }
 
     /// Hints that `key` may be removed soon: starts fetching the line that remembers its slot
@@ -360,6 +413,68 @@ mod tests {
             }
         }
         assert_eq!(s.count(), 0);
+    }
+
+    /// Two threads inserting by turns fill lines of their own (at two threads, each took the
+    /// slot next to the other's last one, and both wrote every line).
+    #[test]
+    fn threads_inserting_by_turns_fill_lines_of_their_own() {
+        let s = ResidentSet::with_hints(
+            64,
+            1000,
+            PerThread::with_shards(2, || AtomicU64::new(NO_SLOT)),
+        );
+        let line_of = |k: u64| s.at[k as usize].load(Ordering::Relaxed) as u64 / SLOTS_PER_LINE;
+        let (go, turns) = crossbeam_channel::unbounded::<u64>();
+        let (done, finished) = crossbeam_channel::unbounded::<()>();
+        let mine = s.hints.index();
+        std::thread::scope(|sc| {
+            // A second thread, in the other shard than this one's: new threads until one is.
+            let mut tries = 0;
+            let other = loop {
+                tries += 1;
+                assert!(tries < 64, "no new thread fell in the other shard");
+                let (s, turns, done) = (&s, turns.clone(), done.clone());
+                let (tell, told) = crossbeam_channel::bounded(1);
+                let h = sc.spawn(move || {
+                    let i = s.hints.index();
+                    tell.send(i).unwrap();
+                    if i != mine {
+                        for k in turns {
+                            assert!(s.insert(k));
+                            done.send(()).unwrap();
+                        }
+                    }
+                });
+                if told.recv().unwrap() != mine {
+                    break h;
+                }
+                h.join().unwrap();
+            };
+            for k in 0..12 {
+                if k % 2 == 0 {
+                    assert!(s.insert(k));
+                } else {
+                    go.send(k).unwrap();
+                    finished.recv().unwrap();
+                }
+            }
+            drop(go);
+            other.join().unwrap();
+        });
+        assert_eq!(s.count(), 12);
+        let lines = |odd: u64| {
+            let mut l: Vec<u64> = (0..12).filter(|k| k % 2 == odd).map(line_of).collect();
+            l.dedup();
+            l
+        };
+        let (evens, odds) = (lines(0), lines(1));
+        assert!(
+            evens.iter().all(|l| !odds.contains(l)),
+            "{evens:?} {odds:?}"
+        );
+        // Each thread's keys fill its lines one after another, from the hand backwards.
+        assert!(evens.len() == 1 && odds.len() == 1, "{evens:?} {odds:?}");
     }
 
     #[test]
