@@ -349,31 +349,45 @@ impl ReadAhead {
 /// finds any other's, as in one shared record, but writes go to slots spread over many cache
 /// lines instead of the same few. A later miss whose successor shares the slot overwrites an
 /// entry: its stream then starts one miss later. Relaxed loads and stores: it is a hint.
+///
+/// Eight neighbouring buffers share a line (the line is chosen by `i >> 3`), so a miss reads
+/// and writes one line, not two, unless it is the last of its eight: with a slot per hashed
+/// buffer, each random miss took two lines the other threads had written.
 struct RecentMisses {
-    slots: Box<[AtomicU64]>,
+    lines: Box<[Line]>,
     shift: u32,
 }
+
+/// One cache line of slots.
+#[repr(align(64))]
+struct Line([AtomicU64; 8]);
 
 impl RecentMisses {
     /// Slots before [`Prefetcher::attach`] tells the mapping's size (a mapping attaches its
     /// detector before the first miss, and then gets its own table).
-    const UNATTACHED: u64 = 64;
+    const UNATTACHED: u64 = 512;
     /// Slots at most (32 KiB).
     const MAX: u64 = 4096;
 
-    /// A table for a mapping of `buffers` buffers: one slot per buffer, from 64 up to
+    /// A table for a mapping of `buffers` buffers: one slot per buffer, from 512 (64 lines:
+    /// two streams' successors share a slot only if their eights share a line) up to
     /// [`RecentMisses::MAX`].
     fn new(buffers: u64) -> Self {
-        let n = buffers.clamp(64, Self::MAX).next_power_of_two();
+        let lines = buffers.clamp(512, Self::MAX).next_power_of_two() / 8;
         RecentMisses {
-            slots: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            shift: 64 - n.trailing_zeros(),
+            lines: (0..lines)
+                .map(|_| Line(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
+            shift: 64 - lines.trailing_zeros(),
         }
     }
 
-    /// The slot of buffer `i`: Fibonacci hashing, so buffers a stride apart spread too.
+    /// The slot of buffer `i`: its eight's line by Fibonacci hashing (so buffers a stride
+    /// apart spread too), and its place among the eight.
     fn slot(&self, i: u64) -> &AtomicU64 {
-        &self.slots[(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize]
+        let line =
+            &self.lines[((i >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize];
+        &line.0[(i & 7) as usize]
     }
 
     /// Whether a noted miss was at `index - 1`.
@@ -685,6 +699,12 @@ mod tests {
             "{} slots for 64 strided buffers",
             seen.len()
         );
+        // A miss's own slot and its successor's share a line, but for the last of eight.
+        let line = |i: u64| t.slot(i) as *const AtomicU64 as usize / 64;
+        for i in [0u64, 5, 4096 + 1, 999_990] {
+            assert_eq!(line(i), line(i + 1), "{i}");
+        }
+        assert_ne!(t.slot(7) as *const AtomicU64, t.slot(8) as *const AtomicU64);
     }
 
     #[test]
