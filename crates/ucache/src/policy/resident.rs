@@ -5,13 +5,14 @@
 //! than memory), so they keep the resident buffers here: a ring of slots twice the capacity.
 //! A key enters the free slot closest behind the shared hand, so the hand meets it only after
 //! a full lap; concurrent inserters each take a line of slots at a time from there backwards,
-//! so that two of them do not write one line by turns. After an eviction round the newcomers take their victims' slots, as the
-//! textbook clock puts a page into its victim's frame, and buffers loaded together (a scan, a
-//! readahead run) sit together and are evicted together, in one range. Keys inserted between
-//! two sweeps are met newest first. vmcache places a key by its hash instead; with that order,
-//! transparent `seq` over zram evicted buffers of any age in one batch and ran at 0.37-0.53x
-//! mmap at 4 KiB buffers, against 0.67-0.74x with this order (alternating runs, docs/design.md,
-//! "Policies"); a newcomer's slot is also still in the cache from the sweep. A key's slot is
+//! so that two of them do not write one line by turns. After an eviction round the newcomers
+//! take their victims' slots, as the textbook clock puts a page into its victim's frame, and
+//! buffers loaded together (a scan, a readahead run) sit together and are evicted together,
+//! in one range. Keys inserted between two sweeps are met newest first. vmcache places a key
+//! by its hash instead; with that order, transparent `seq` over zram evicted buffers of any
+//! age in one batch and ran at 0.37-0.53x mmap at 4 KiB buffers, against 0.67-0.74x with this
+//! order (alternating runs, docs/design.md, "Policies"); a newcomer's slot is also still in
+//! the cache from the sweep. A key's slot is
 //! remembered per key, so removal is one load and one CAS. Because a buffer is inserted once
 //! per residency and removed once, and both happen while its loader or evictor owns it, a key
 //! is in at most one slot.
