@@ -2,7 +2,9 @@
 // A: O_DIRECT pread into staging + UFFDIO_COPY (the shim today), zap with MADV_DONTNEED.
 // B: mmap the file's own page-cache pages MAP_FIXED over the window (MADV_POPULATE_READ),
 //    evict by mapping the anonymous reservation back, UFFDIO_REGISTER, FADV_DONTNEED.
+// R: B with readahead(2) over the window before the mmap.
 // P: plain mmap of the file, touched, with FADV_DONTNEED + MADV_DONTNEED behind (budget).
+// usage: file-pages FILE WINDOW_KIB A|B|R|P TOTAL_MIB BUDGET_MIB
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
