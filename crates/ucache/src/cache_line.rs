@@ -1,5 +1,9 @@
 //! CPU cache hints.
 
+/// Bytes in a cache line on the CPUs ucache runs on (x86-64, most arm64): what tables laid
+/// out by line (the resident set, the readahead detector's record) assume.
+pub(crate) const BYTES: usize = 64;
+
 /// Starts fetching the cache line that holds `x` into this core's caches: for loops that
 /// know which cold lines they will touch next (a clock sweep's state words and their
 /// resident-set entries) and would otherwise wait for each miss in turn. Only a hint: it

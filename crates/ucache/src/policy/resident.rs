@@ -12,10 +12,9 @@
 //! by its hash instead; with that order, transparent `seq` over zram evicted buffers of any
 //! age in one batch and ran at 0.37-0.53x mmap at 4 KiB buffers, against 0.67-0.74x with this
 //! order (alternating runs, docs/design.md, "Policies"); a newcomer's slot is also still in
-//! the cache from the sweep. A key's slot is
-//! remembered per key, so removal is one load and one CAS. Because a buffer is inserted once
-//! per residency and removed once, and both happen while its loader or evictor owns it, a key
-//! is in at most one slot.
+//! the cache from the sweep. A key's slot is remembered per key, so removal is one load and
+//! one CAS. Because a buffer is inserted once per residency and removed once, and both happen
+//! while its loader or evictor owns it, a key is in at most one slot.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -27,8 +26,8 @@ const EMPTY: u64 = u64::MAX;
 const LOW: u64 = u32::MAX as u64;
 /// A fill hint's slot when its line is used up (no ring has 2^32 slots).
 const NO_SLOT: u64 = LOW;
-/// Slots on one 64-byte line.
-const SLOTS_PER_LINE: u64 = 8;
+/// Slots on one cache line.
+const SLOTS_PER_LINE: u64 = (crate::cache_line::BYTES / std::mem::size_of::<u64>()) as u64;
 
 pub struct ResidentSet {
     slots: Box<[AtomicU64]>,

@@ -360,7 +360,8 @@ struct RecentMisses {
 
 /// One cache line of slots.
 #[repr(align(64))]
-struct Line([AtomicU64; 8]);
+struct Line([AtomicU64; crate::cache_line::BYTES / 8]);
+const _: () = assert!(std::mem::align_of::<Line>() == crate::cache_line::BYTES);
 
 impl RecentMisses {
     /// Slots before [`Prefetcher::attach`] tells the mapping's size (a mapping attaches its
