@@ -357,7 +357,8 @@ fn new_mapping(s: Spec) -> Option<*mut c_void> {
         .writable(s.writable)
         .offset(s.offset)
         .len(s.len as u64)
-        .buffer_size(bs);
+        .buffer_size(bs)
+        .readahead_inline(cfg.readahead_inline);
     let p = match &cfg.policy {
         Some(name) => ucache::policy::policy_by_name(name)?,
         None => Box::new(ucache::policy::Clock::new()),
@@ -466,9 +467,14 @@ pub(crate) fn unmap_range(addr: usize, len: usize) -> Option<i32> {
     if ents.is_empty() {
         return None;
     }
-    let exact = ents.len() == 1 && ents[0].1.start == addr && ents[0].1.len == round_up(len);
+    // The kernel unmaps whole pages: a length that ends inside a page (a file's exact size,
+    // as programs map it) covers that page too. Compared unrounded, such a call was taken for
+    // a partial one and left the whole mapping behind as a kernel mapping.
+    let end = addr.saturating_add(round_up(len));
+    let exact =
+        ents.len() == 1 && ents[0].1.start == addr && ents[0].1.start + ents[0].1.len == end;
     for (k, e) in ents {
-        if addr <= e.start && addr.saturating_add(len) >= e.start + e.len {
+        if addr <= e.start && end >= e.start + e.len {
             if table::remove(k, &e) {
                 release(e);
             }

@@ -104,6 +104,17 @@ static void mode_read(const char *path) {
     CHECK(o != MAP_FAILED);
     CHECK(o[0] == pat(3 * 4096, 1) && o[8191] == pat(3 * 4096 + 8191, 1));
     CHECK(munmap(o, 8192) == 0);
+    /* A length that is not a multiple of the page, as programs map a file's exact size:
+     * munmap with that length unmaps the whole last page too, and leaves nothing behind. */
+    size_t odd = SIZE - 100;
+    unsigned char *u = mmap(NULL, odd, PROT_READ, MAP_SHARED, fd, 0);
+    CHECK(u != MAP_FAILED);
+    expect_shim(u);
+    CHECK(u[odd - 1] == pat(odd - 1, 1));
+    CHECK(munmap(u, odd) == 0);
+    void *gone = mmap(u + SIZE - 4096, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    CHECK(gone == u + SIZE - 4096);
+    if (gone != MAP_FAILED) munmap(gone, 4096);
     CHECK(munmap(m, SIZE) == 0);
     close(fd);
 }
