@@ -11,7 +11,9 @@
 # --dir picks the device: the default is under /var/tmp (the virtio disk here); point it at a
 # zram-backed file system (scripts/zram-setup.sh) for the zram figures. --policies runs the
 # shim once per policy in every rep (the default: ucache's default, clock + readahead);
-# --policy P is --policies P. --workloads picks some of: sqlite-scan sqlite-lookups sqlite-mix
+# --policy P is --policies P. A policy may carry shim settings after '@', each run with it:
+# `--policies default,default@UCACHE_READAHEAD_INLINE=1` compares the two readaheads
+# (`default` is ucache's default policy). --workloads picks some of: sqlite-scan sqlite-lookups sqlite-mix
 # lmdb-dump rg-mmap (default: all). --slack S runs plain and shim alike in a memory cgroup of
 # budget + S (the shim's UCACHE_MEMORY stays the budget): without it the shim runs have no
 # cgroup, and the shim reads the file with pread, through a page cache that is then unbounded
@@ -159,13 +161,16 @@ run_plain() { # in the memory cgroup
     sh -c "echo \$\$ > $cg/cgroup.procs; exec sh -c \"\$0\"" "$1" > "$dir/out.plain"
   took "$t0"
 }
-run_shim() { # command, glob, policy (empty: the default); in the cgroup with --slack
+run_shim() { # command, glob, variant (POLICY[@VAR=VALUE...]); in the cgroup with --slack
   drop
-  local t0 join=""; t0=$(now)
+  local t0 join="" pol=${3%%@*} extra=(); t0=$(now)
+  [ "$pol" != default ] || pol=""
+  [[ "$3" != *@* ]] || IFS=@ read -r -a extra <<< "${3#*@}"
   [ -z "$slack" ] || join="echo \$\$ > $cg/cgroup.procs; "
   /usr/bin/time -f "%U %S" -o "$dir/time" \
-    env LD_PRELOAD="$so" UCACHE_FILES="$2" UCACHE_MEMORY="$memory" ${3:+UCACHE_POLICY=$3} \
-    UCACHE_STATS=1 sh -c "${join}exec sh -c \"\$0\"" "$1" > "$dir/out.shim" 2> "$dir/err.shim"
+    env LD_PRELOAD="$so" UCACHE_FILES="$2" UCACHE_MEMORY="$memory" ${pol:+UCACHE_POLICY=$pol} \
+    "${extra[@]}" UCACHE_STATS=1 sh -c "${join}exec sh -c \"\$0\"" "$1" > "$dir/out.shim" \
+    2> "$dir/err.shim"
   took "$t0"
 }
 

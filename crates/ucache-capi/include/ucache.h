@@ -464,6 +464,12 @@ typedef struct ucache_map_options {
    */
   bool readahead;
   /**
+   * Readahead windows read by the missing (or faulting) thread before its miss returns,
+   * not by the cache's IO threads (default false; `MapOptions::readahead_inline`): for
+   * programs whose own threads keep every core busy on a device as fast as memory.
+   */
+  bool readahead_inline;
+  /**
    * Transparent mappings: give eviction candidates a second chance (default false).
    */
   bool track_access;

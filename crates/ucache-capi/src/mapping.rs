@@ -55,6 +55,10 @@ pub struct ucache_map_options {
     /// Sequential readahead (default true): pins of explicit mappings whose policy does not
     /// prefetch, and transparent mappings with the default policy (`MapOptions::readahead`).
     pub readahead: bool,
+    /// Readahead windows read by the missing (or faulting) thread before its miss returns,
+    /// not by the cache's IO threads (default false; `MapOptions::readahead_inline`): for
+    /// programs whose own threads keep every core busy on a device as fast as memory.
+    pub readahead_inline: bool,
     /// Transparent mappings: give eviction candidates a second chance (default false).
     pub track_access: bool,
     /// This mapping's claim on the shared budget relative to others (default 1; 0 refused).
@@ -91,6 +95,7 @@ pub extern "C" fn ucache_map_options_init(options: *mut ucache_map_options) -> u
             create: false,
             transparent: false,
             readahead: true,
+            readahead_inline: false,
             track_access: false,
             weight: 1,
             fault_handler_threads: 0,
@@ -132,6 +137,7 @@ fn map_options(o: &ucache_map_options) -> Result<MapOptions, Fail> {
         .create(o.create)
         .transparent(o.transparent)
         .readahead(o.readahead)
+        .readahead_inline(o.readahead_inline)
         .track_access(o.track_access)
         .weight(o.weight);
     if o.len != 0 {

@@ -22,6 +22,9 @@ pub(crate) struct Config {
     pub direct: bool,
     /// Read mode (`UCACHE_READS=1`): `pread` of matched files served from the cache.
     pub reads: bool,
+    /// Readahead windows read by the thread that serves the fault (`UCACHE_READAHEAD_INLINE`,
+    /// [`ucache::MapOptions::readahead_inline`]).
+    pub readahead_inline: bool,
 }
 
 /// Parses `256MiB`, `16KiB`, `1G`, `4096`: binary units, case-insensitive.
@@ -108,7 +111,9 @@ impl Config {
         };
         let direct = flag("UCACHE_DIRECT", true)?;
         let reads = flag("UCACHE_READS", false)?;
+        let readahead_inline = flag("UCACHE_READAHEAD_INLINE", false)?;
         Ok(Some(Config {
+            readahead_inline,
             direct,
             globs,
             memory,
@@ -164,6 +169,12 @@ mod tests {
         assert!(c.direct, "direct reads are the default");
         let off = Config::from_env(env(&[("UCACHE_FILES", "*"), ("UCACHE_DIRECT", "0")]));
         assert!(!off.unwrap().unwrap().direct);
+        assert!(!c.readahead_inline, "the IO threads read ahead by default");
+        let inline = Config::from_env(env(&[
+            ("UCACHE_FILES", "*"),
+            ("UCACHE_READAHEAD_INLINE", "1"),
+        ]));
+        assert!(inline.unwrap().unwrap().readahead_inline);
         assert!(c.matches("/tmp/x/test.db"));
         assert!(c.matches("/data/a/b"));
         assert!(!c.matches("/tmp/x/test.txt"));
@@ -175,6 +186,7 @@ mod tests {
             vec![("UCACHE_FILES", "*"), ("UCACHE_BUFFER_SIZE", "3000")],
             vec![("UCACHE_FILES", "*"), ("UCACHE_DIRECT", "yes")],
             vec![("UCACHE_FILES", "*"), ("UCACHE_READS", "yes")],
+            vec![("UCACHE_FILES", "*"), ("UCACHE_READAHEAD_INLINE", "on")],
         ] {
             let e = Config::from_env(env(&bad)).unwrap_err();
             assert!(e.contains("UCACHE_"), "{e}");

@@ -198,17 +198,28 @@ fn ripgrep_with_mmap() {
         "needle",
     ];
     let mut runs = Vec::new();
-    for glob in [None, Some(glob.as_str())] {
+    // Plain, through the shim, and through the shim with its readahead read on the faulting
+    // threads.
+    for (glob, inline) in [
+        (None, "0"),
+        (Some(glob.as_str()), "0"),
+        (Some(glob.as_str()), "1"),
+    ] {
         let mut c = Command::new("rg");
-        c.args(args).arg(&tree);
+        c.args(args)
+            .arg(&tree)
+            .env("UCACHE_READAHEAD_INLINE", inline);
         runs.push(run_ok(c, glob, "rg"));
         // And the matching lines themselves, for one large file.
         let mut c = Command::new("rg");
         c.args(["--mmap", "--no-config", "-n", "needle needle"])
-            .arg(tree.join("d5/f19.txt"));
+            .arg(tree.join("d5/f19.txt"))
+            .env("UCACHE_READAHEAD_INLINE", inline);
         runs.push(text(&run(through_shim(c, glob)).stdout));
     }
     assert!(!runs[0].is_empty());
-    assert_eq!(runs[0], runs[2]);
-    assert_eq!(runs[1], runs[3]);
+    for k in [2, 4] {
+        assert_eq!(runs[0], runs[k]);
+        assert_eq!(runs[1], runs[k + 1]);
+    }
 }

@@ -189,3 +189,21 @@ def test_calls_release_the_gil(data_file):
     for t in ts:
         t.join(60)
     assert not errors and not any(t.is_alive() for t in ts)
+
+
+def test_inline_readahead_is_an_option_of_map(tmp_path: Path):
+    """`readahead_inline` reaches the mapping either way: a sequential scan of a transparent
+    mapping reads the right bytes, most of them read ahead. (Which thread reads the windows is
+    checked in Rust, crates/ucache/tests/sequential_io.rs.)"""
+    p = tmp_path / "seq.bin"
+    want = pattern(1024 * 4096)
+    p.write_bytes(want)
+    for inline in (True, False):
+        cache = ucache.Cache("64MiB")
+        with cache.map(p, transparent=True, readahead_inline=inline) as m:
+            a = np.frombuffer(m, dtype="<u4")
+            np.testing.assert_array_equal(a, np.frombuffer(want, dtype="<u4"))
+            s = cache.stats()
+            assert s["prefetches"] > 512, s
+            assert s["bytes_read"] >= len(want), s
+            del a

@@ -55,8 +55,9 @@ pub(crate) struct IoWorker {
     spawn: parking_lot::Mutex<()>,
 }
 
-/// Most prefetch reads the worker keeps in flight (the ring's size caps it further).
-const STREAM_DEPTH: usize = 256;
+/// Most prefetch reads a stream keeps in flight, on the IO threads or inline readahead
+/// (the ring's size caps it further).
+pub(crate) const STREAM_DEPTH: usize = 256;
 
 impl IoWorker {
     /// `threads` workers sharing one queue, started on the first job.

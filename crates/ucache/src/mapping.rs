@@ -106,6 +106,8 @@ pub(crate) struct MappingCore {
     policy_hits: bool,
     /// Whether a demand miss asks for prefetches: the policy's, or else `readahead`'s.
     prefetching: bool,
+    /// Whether the missing thread reads those prefetches itself ([`MapOptions::readahead_inline`]).
+    readahead_inline: bool,
     /// The readahead of an explicit mapping whose policy does not prefetch
     /// ([`MapOptions::readahead`]).
     readahead: Option<ReadAhead>,
@@ -353,6 +355,7 @@ impl MappingCore {
             id,
             policy_hits: policy.wants_hits(),
             prefetching: policy.has_prefetching() || readahead.is_some(),
+            readahead_inline: o.readahead_inline,
             readahead,
             read_streams: o.readahead.then(read_stream::ReadStreams::new),
             scan_bypass: o.scan_bypass,

@@ -12,7 +12,7 @@ use ucache::store::{FileStore, Object, Store};
 use ucache::{Cache, CacheOptions, Error, MapOptions, Mapping};
 
 mod common;
-use common::store::{forward_object, local_stores, WrapStore};
+use common::store::{forward_object, local_stores, tally, WrapStore};
 use common::{assert_coalesced_and_overlapped, offset_file, within};
 
 const BS: usize = 4096;
@@ -401,73 +401,6 @@ fn concurrent_writers_and_scans_stress_every_word_verified() {
             }
         }
     });
-}
-
-/// An object that counts the bytes read on the cache's IO threads and elsewhere, and says
-/// whether it reads ahead as it is told.
-struct Tally {
-    inner: Arc<dyn Object>,
-    reads_ahead: bool,
-    counts: Arc<Counts>,
-}
-
-/// What a `Tally` counted.
-#[derive(Default)]
-struct Counts {
-    /// Bytes read on the cache's IO threads.
-    io: AtomicU64,
-    /// Bytes read on other threads (the callers').
-    caller: AtomicU64,
-    /// The furthest end of a read on the IO threads.
-    io_end: AtomicU64,
-}
-
-impl Counts {
-    fn get(&self) -> (u64, u64) {
-        (
-            self.io.load(Ordering::SeqCst),
-            self.caller.load(Ordering::SeqCst),
-        )
-    }
-}
-
-impl Object for Tally {
-    forward_object!(inner: name, len, set_len, write_at, sync);
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
-        let n = self.inner.read_at(buf, offset)?;
-        let io = std::thread::current()
-            .name()
-            .is_some_and(|t| t.starts_with("ucache-io"));
-        if io {
-            self.counts.io.fetch_add(n as u64, Ordering::SeqCst);
-            self.counts
-                .io_end
-                .fetch_max(offset + n as u64, Ordering::SeqCst);
-        } else {
-            self.counts.caller.fetch_add(n as u64, Ordering::SeqCst);
-        }
-        Ok(n)
-    }
-    fn accepts_unaligned(&self) -> bool {
-        self.inner.accepts_unaligned()
-    }
-    fn reads_ahead(&self) -> bool {
-        self.reads_ahead
-    }
-}
-
-/// A `Tally` store over `inner`, and what it counts.
-fn tally(inner: Arc<dyn Store>, reads_ahead: bool) -> (Arc<dyn Store>, Arc<Counts>) {
-    let counts = Arc::new(Counts::default());
-    let c = counts.clone();
-    let store = WrapStore::new(inner, move |obj| {
-        Arc::new(Tally {
-            inner: obj,
-            reads_ahead,
-            counts: c.clone(),
-        }) as Arc<dyn Object>
-    });
-    (Arc::new(store), counts)
 }
 
 /// On a store that does not read ahead itself, a scan reads its next windows on the IO

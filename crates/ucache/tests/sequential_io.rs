@@ -205,6 +205,57 @@ fn a_loop_of_pins_reads_ahead_by_default_on_every_local_store() {
     });
 }
 
+/// `readahead_inline(true)`: the windows a miss proposes are read by the missing thread before
+/// its miss returns, as one stream, and none by the IO threads; without it, the IO threads
+/// read them. Pins in both placements, and a transparent mapping's faults (served on the
+/// faulting thread), each over a cold file twice the budget, every byte checked.
+#[test]
+fn inline_readahead_reads_every_window_on_the_missing_thread() {
+    within("inline readahead", || {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let path = offset_file(dir.path(), BUFFERS * BS as u64);
+        let all = BUFFERS * BS as u64;
+        for inline in [true, false] {
+            for (what, o) in [
+                ("pins in place", MapOptions::new()),
+                (
+                    "pins in a pool",
+                    MapOptions::new().placement(Placement::Pool),
+                ),
+                ("faults", MapOptions::new().transparent(true)),
+            ] {
+                let what = format!("{what}, inline {inline}");
+                let (store, counts) = common::store::tally(Arc::new(FileStore::new()), false);
+                let (_c, m) = map(store, &path, o.readahead_inline(inline));
+                if what.starts_with("faults") {
+                    let words = m.as_slice::<u64>().unwrap();
+                    for (k, &w) in words.iter().enumerate().step_by(BS / 8) {
+                        assert_eq!(w, 8 * k as u64, "{what}: word {k}");
+                    }
+                } else {
+                    for i in 0..BUFFERS {
+                        check(&what, i * BS as u64, &m.pin_shared(i).unwrap());
+                    }
+                }
+                let s = m.stats();
+                let (io, caller) = counts.get();
+                assert!(s.prefetches * 4 > 3 * BUFFERS, "{what}: {s:#?}");
+                if inline {
+                    assert_eq!((io, caller), (0, s.bytes_read), "{what}: {s:#?}");
+                    assert!(caller >= all, "{what}: {s:#?}");
+                    // One read per run, not per buffer.
+                    assert!(s.store_reads * 8 <= BUFFERS, "{what}: {s:#?}");
+                } else {
+                    assert!(
+                        io * 2 > all,
+                        "{what}: {io} of {all} bytes on the IO threads"
+                    );
+                }
+            }
+        }
+    });
+}
+
 #[test]
 fn readahead_false_keeps_a_loop_of_pins_from_prefetching() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();

@@ -44,6 +44,7 @@ class Cache:
         policy: str | Any | None = None,
         policy_params: dict[str, Any] | None = None,
         readahead: bool = True,
+        readahead_inline: bool = False,
         track_access: bool = False,
         weight: int = 1,
         endpoint: str | None = None,
@@ -65,7 +66,9 @@ class Cache:
         S3 mapping is a key prefix of chunk objects. `transparent`: the mapping's memory is
         usable directly (buffer protocol); `readahead`: sequential misses (pins and faults), and
         :meth:`Mapping.read` calls that continue where an earlier one ended, read ahead in the
-        background, unless the policy prefetches itself. `policy`: one of :data:`POLICY_NAMES` (default clock), optionally with
+        background, unless the policy prefetches itself; `readahead_inline` has the missing
+        thread read those windows itself instead (for threads that keep every core busy on a
+        device as fast as memory). `policy`: one of :data:`POLICY_NAMES` (default clock), optionally with
         parameters and presets (``"s3fifo:libcachesim,small_size_ratio=0.2"``; `policy_params`
         adds ``key=value`` items, e.g. ``{"small_size_ratio": 0.2}``), or a policy written in
         Python (an object or a class with ``choose_victims(want)`` and optional hooks, see

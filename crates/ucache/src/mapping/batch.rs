@@ -11,7 +11,7 @@ use super::claim::LoadClaim;
 use super::read_stream::{Next, ScanAfter, MIN_WINDOW};
 use super::{take_result, zero_tail, MappingCore};
 use crate::error::{Error, Result};
-use crate::io_worker::Job;
+use crate::io_worker::{Job, STREAM_DEPTH};
 use crate::staging::with_staging;
 use crate::state::{Phase, Pin};
 use crate::stats::Counter;
@@ -468,6 +468,12 @@ impl MappingCore {
     /// Claims the evicted buffers among `indices` that the policy admits and has the IO worker
     /// load them; the others are dropped (a prefetch is only advice).
     pub(crate) fn prefetch_indices(self: &Arc<Self>, indices: &[u64]) -> Result<()> {
+        MappingCore::prefetch_on(self, indices, false)
+    }
+
+    /// [`MappingCore::prefetch_indices`], the claimed runs read by this thread before it
+    /// returns if `here` ([`crate::MapOptions::readahead_inline`]), else by the IO threads.
+    pub(super) fn prefetch_on(self: &Arc<Self>, indices: &[u64], here: bool) -> Result<()> {
         // Unmapping: a hook's pin, or its own prefetch, must not load buffers behind the
         // passes that evict them all, or the passes never end.
         if self.is_unmapping() {
@@ -493,12 +499,19 @@ impl MappingCore {
         for run in admitted.chunks(per_job) {
             let c = self.claim_loads(run, false, None)?;
             if !c.claimed.is_empty() {
-                // The IO threads adopt the claims ([`MappingCore::load_handed`]).
-                let indices = c.claimed.into_iter().map(LoadClaim::into_raw).collect();
-                self.cache.io.submit(Job::Load {
-                    mapping: self.clone(),
-                    indices,
-                });
+                // The IO threads, or the stream here, adopt the claims.
+                let indices: Vec<u64> = c.claimed.into_iter().map(LoadClaim::into_raw).collect();
+                if here {
+                    let mut claims = indices.into_iter();
+                    // SAFETY: claims of this mapping, just turned into their indices, each
+                    // adopted once by the stream.
+                    unsafe { MappingCore::load_stream(self, STREAM_DEPTH, &mut || claims.next()) };
+                } else {
+                    self.cache.io.submit(Job::Load {
+                        mapping: self.clone(),
+                        indices,
+                    });
+                }
             }
             if c.stopped {
                 break;

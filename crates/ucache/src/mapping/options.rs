@@ -37,6 +37,7 @@ pub struct MapOptions {
     pub(super) fault_hook: Option<FaultHook>,
     pub(super) track_access: bool,
     pub(super) readahead: bool,
+    pub(super) readahead_inline: bool,
     pub(super) scan_bypass: bool,
     pub(super) weight: u32,
     pub(super) placement: Placement,
@@ -57,6 +58,7 @@ impl Default for MapOptions {
             fault_hook: None,
             track_access: false,
             readahead: true,
+            readahead_inline: false,
             scan_bypass: true,
             weight: 1,
             placement: Placement::InPlace,
@@ -186,6 +188,32 @@ impl MapOptions {
     /// `readahead(false)` turns it off: each pin miss then reads its one buffer.
     pub fn readahead(mut self, on: bool) -> Self {
         self.readahead = on;
+        self
+    }
+    /// Whether the readahead windows that misses propose are read by the missing thread
+    /// before its miss returns (off by default: the cache's IO threads read them, while the
+    /// program goes on).
+    ///
+    /// The IO threads overlap a window's reads with the program's work, which is what a
+    /// device with latency (a disk, an object store) needs. Where the device is as fast as
+    /// memory and the CPU is the limit (zram, a file already in the page cache), handing a
+    /// window over costs wake-ups and switches between threads that compete for the same
+    /// cores, and the program mostly waits for the window anyway. Reading it on the missing
+    /// thread is what Linux does on such a device: its readahead submits the window from the
+    /// faulting thread, and zram completes the read there. The window is read as one stream
+    /// (one read and one install per run), as the IO threads read it.
+    ///
+    /// So it suits programs whose own threads keep every core busy: through the LD_PRELOAD
+    /// shim, `rg -j2` on 2 cores ran faster with it, on zram and on a disk. A single-threaded
+    /// scan loses the overlap: a `sqlite3` scan on a disk took 1.5× as long with it
+    /// (docs/results/2026-11-27-night).
+    ///
+    /// Only readahead is affected: [`Mapping::prefetch`](crate::Mapping::prefetch) still runs
+    /// on the IO threads. A transparent mapping's faults then also read the window on the
+    /// thread that serves the fault (the faulting thread, or a handler thread with
+    /// [`crate::FaultHandling::HandlerThreads`]).
+    pub fn readahead_inline(mut self, on: bool) -> Self {
+        self.readahead_inline = on;
         self
     }
     /// Whether a long sequential [`Mapping::read`](crate::Mapping::read) stream reads past the

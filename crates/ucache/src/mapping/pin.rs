@@ -280,7 +280,7 @@ impl MappingCore {
             kept.read_with_window(&mut want);
         }
         if !want.is_empty() {
-            let _ = MappingCore::prefetch_indices(self, &want);
+            let _ = MappingCore::prefetch_on(self, &want, self.readahead_inline);
         }
     }
 

@@ -5,6 +5,7 @@
 // Not every test binary that shares this module uses all of it.
 #![allow(dead_code, unused_imports, unused_macros)]
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use ucache::store::{FileStore, Object, OpenOptions, Store, UringOptions, UringStore};
@@ -88,4 +89,71 @@ pub fn local_stores(path: &std::path::Path) -> Vec<(&'static str, Arc<dyn Store>
         Err(e) => eprintln!("io_uring unavailable, skipping it: {e}"),
     }
     v
+}
+
+/// An object that counts the bytes read on the cache's IO threads and elsewhere, and says
+/// whether it reads ahead as it is told.
+pub struct Tally {
+    inner: Arc<dyn Object>,
+    reads_ahead: bool,
+    counts: Arc<Counts>,
+}
+
+/// What a `Tally` counted.
+#[derive(Default)]
+pub struct Counts {
+    /// Bytes read on the cache's IO threads.
+    pub io: AtomicU64,
+    /// Bytes read on other threads (the callers').
+    pub caller: AtomicU64,
+    /// The furthest end of a read on the IO threads.
+    pub io_end: AtomicU64,
+}
+
+impl Counts {
+    pub fn get(&self) -> (u64, u64) {
+        (
+            self.io.load(Ordering::SeqCst),
+            self.caller.load(Ordering::SeqCst),
+        )
+    }
+}
+
+impl Object for Tally {
+    forward_object!(inner: name, len, set_len, write_at, sync);
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let n = self.inner.read_at(buf, offset)?;
+        let io = std::thread::current()
+            .name()
+            .is_some_and(|t| t.starts_with("ucache-io"));
+        if io {
+            self.counts.io.fetch_add(n as u64, Ordering::SeqCst);
+            self.counts
+                .io_end
+                .fetch_max(offset + n as u64, Ordering::SeqCst);
+        } else {
+            self.counts.caller.fetch_add(n as u64, Ordering::SeqCst);
+        }
+        Ok(n)
+    }
+    fn accepts_unaligned(&self) -> bool {
+        self.inner.accepts_unaligned()
+    }
+    fn reads_ahead(&self) -> bool {
+        self.reads_ahead
+    }
+}
+
+/// A `Tally` store over `inner`, and what it counts.
+pub fn tally(inner: Arc<dyn Store>, reads_ahead: bool) -> (Arc<dyn Store>, Arc<Counts>) {
+    let counts = Arc::new(Counts::default());
+    let c = counts.clone();
+    let store = WrapStore::new(inner, move |obj| {
+        Arc::new(Tally {
+            inner: obj,
+            reads_ahead,
+            counts: c.clone(),
+        }) as Arc<dyn Object>
+    });
+    (Arc::new(store), counts)
 }
