@@ -216,18 +216,19 @@ fn inline_readahead_reads_every_window_on_the_missing_thread() {
         let path = offset_file(dir.path(), BUFFERS * BS as u64);
         let all = BUFFERS * BS as u64;
         for inline in [true, false] {
-            for (what, o) in [
-                ("pins in place", MapOptions::new()),
+            for (what, faults, o) in [
+                ("pins in place", false, MapOptions::new()),
                 (
                     "pins in a pool",
+                    false,
                     MapOptions::new().placement(Placement::Pool),
                 ),
-                ("faults", MapOptions::new().transparent(true)),
+                ("faults", true, MapOptions::new().transparent(true)),
             ] {
                 let what = format!("{what}, inline {inline}");
                 let (store, counts) = common::store::tally(Arc::new(FileStore::new()), false);
                 let (_c, m) = map(store, &path, o.readahead_inline(inline));
-                if what.starts_with("faults") {
+                if faults {
                     let words = m.as_slice::<u64>().unwrap();
                     for (k, &w) in words.iter().enumerate().step_by(BS / 8) {
                         assert_eq!(w, 8 * k as u64, "{what}: word {k}");

@@ -500,16 +500,15 @@ impl MappingCore {
             let c = self.claim_loads(run, false, None)?;
             if !c.claimed.is_empty() {
                 // The IO threads, or the stream here, adopt the claims.
-                let indices: Vec<u64> = c.claimed.into_iter().map(LoadClaim::into_raw).collect();
+                let mut indices = c.claimed.into_iter().map(LoadClaim::into_raw);
                 if here {
-                    let mut claims = indices.into_iter();
                     // SAFETY: claims of this mapping, just turned into their indices, each
                     // adopted once by the stream.
-                    unsafe { MappingCore::load_stream(self, STREAM_DEPTH, &mut || claims.next()) };
+                    unsafe { MappingCore::load_stream(self, STREAM_DEPTH, &mut || indices.next()) };
                 } else {
                     self.cache.io.submit(Job::Load {
                         mapping: self.clone(),
-                        indices,
+                        indices: indices.collect(),
                     });
                 }
             }
