@@ -470,6 +470,13 @@ typedef struct ucache_map_options {
    */
   bool readahead_inline;
   /**
+   * Map the file itself as a view whose pages ucache reveals and hides, with no copy
+   * (default false; implies `transparent`; `MapOptions::file_view`): read-only, buffers of
+   * 64 KiB or more, a store whose objects are files (`"file"`, `"uring"`), otherwise
+   * `UCACHE_ERR_BAD_ARGUMENT`. For scans of files on a device as fast as memory.
+   */
+  bool file_view;
+  /**
    * Transparent mappings: give eviction candidates a second chance (default false).
    */
   bool track_access;

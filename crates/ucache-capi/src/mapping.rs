@@ -59,6 +59,11 @@ pub struct ucache_map_options {
     /// not by the cache's IO threads (default false; `MapOptions::readahead_inline`): for
     /// programs whose own threads keep every core busy on a device as fast as memory.
     pub readahead_inline: bool,
+    /// Map the file itself as a view whose pages ucache reveals and hides, with no copy
+    /// (default false; implies `transparent`; `MapOptions::file_view`): read-only, buffers of
+    /// 64 KiB or more, a store whose objects are files (`"file"`, `"uring"`), otherwise
+    /// `UCACHE_ERR_BAD_ARGUMENT`. For scans of files on a device as fast as memory.
+    pub file_view: bool,
     /// Transparent mappings: give eviction candidates a second chance (default false).
     pub track_access: bool,
     /// This mapping's claim on the shared budget relative to others (default 1; 0 refused).
@@ -96,6 +101,7 @@ pub extern "C" fn ucache_map_options_init(options: *mut ucache_map_options) -> u
             transparent: false,
             readahead: true,
             readahead_inline: false,
+            file_view: false,
             track_access: false,
             weight: 1,
             fault_handler_threads: 0,
@@ -138,6 +144,7 @@ fn map_options(o: &ucache_map_options) -> Result<MapOptions, Fail> {
         .transparent(o.transparent)
         .readahead(o.readahead)
         .readahead_inline(o.readahead_inline)
+        .file_view(o.file_view)
         .track_access(o.track_access)
         .weight(o.weight);
     if o.len != 0 {

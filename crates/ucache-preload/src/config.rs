@@ -25,6 +25,9 @@ pub(crate) struct Config {
     /// Readahead windows read by the thread that serves the fault (`UCACHE_READAHEAD_INLINE`,
     /// [`ucache::MapOptions::readahead_inline`]).
     pub readahead_inline: bool,
+    /// Read-only mappings become views of their files (`UCACHE_FILE_VIEW`,
+    /// [`ucache::MapOptions::file_view`]).
+    pub file_view: bool,
 }
 
 /// Parses `256MiB`, `16KiB`, `1G`, `4096`: binary units, case-insensitive.
@@ -112,8 +115,10 @@ impl Config {
         let direct = flag("UCACHE_DIRECT", true)?;
         let reads = flag("UCACHE_READS", false)?;
         let readahead_inline = flag("UCACHE_READAHEAD_INLINE", false)?;
+        let file_view = flag("UCACHE_FILE_VIEW", false)?;
         Ok(Some(Config {
             readahead_inline,
+            file_view,
             direct,
             globs,
             memory,
@@ -175,6 +180,9 @@ mod tests {
             ("UCACHE_READAHEAD_INLINE", "1"),
         ]));
         assert!(inline.unwrap().unwrap().readahead_inline);
+        assert!(!c.file_view, "file views are asked for");
+        let view = Config::from_env(env(&[("UCACHE_FILES", "*"), ("UCACHE_FILE_VIEW", "1")]));
+        assert!(view.unwrap().unwrap().file_view);
         assert!(c.matches("/tmp/x/test.db"));
         assert!(c.matches("/data/a/b"));
         assert!(!c.matches("/tmp/x/test.txt"));
@@ -187,6 +195,7 @@ mod tests {
             vec![("UCACHE_FILES", "*"), ("UCACHE_DIRECT", "yes")],
             vec![("UCACHE_FILES", "*"), ("UCACHE_READS", "yes")],
             vec![("UCACHE_FILES", "*"), ("UCACHE_READAHEAD_INLINE", "on")],
+            vec![("UCACHE_FILES", "*"), ("UCACHE_FILE_VIEW", "yes")],
         ] {
             let e = Config::from_env(env(&bad)).unwrap_err();
             assert!(e.contains("UCACHE_"), "{e}");

@@ -25,6 +25,11 @@ static MAPPED: AtomicU64 = AtomicU64::new(0);
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 
 const PAGE: usize = 4096;
+/// Smallest buffer of a view (`UCACHE_FILE_VIEW=1`). Each load and eviction of a view's run
+/// changes its protection under the address space's lock, which the program's other threads'
+/// faults wait for: `rg --mmap -j2` on zram ran at 0.77-0.80× plain with 256 KiB buffers and
+/// 0.95-1.0× with 1 MiB ones (docs/results/2026-11-27-guard).
+const VIEW_BUFFER: usize = 1 << 20;
 /// Largest piece of a transfer whose buffer lies in a shim mapping made resident at once: a
 /// sixteenth of the budget, so that the piece stays resident until the kernel has copied it.
 const CHUNK: usize = 256 << 10;
@@ -331,6 +336,21 @@ pub(crate) fn map_fd(len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> Op
     Some(p)
 }
 
+/// The buffer size of a view under `cfg`, if read-only mappings are to be views: at least
+/// [`VIEW_BUFFER`] where the budget holds eight of those, else the largest size it holds
+/// eight of, down to ucache's smallest for a view (64 KiB); none below that, nor with
+/// handler threads, which a view cannot have.
+fn view_buffer(cfg: &Config) -> Option<usize> {
+    const MIN: usize = 64 << 10;
+    if !cfg.file_view || cfg.fault_threads > 0 {
+        return None;
+    }
+    let eighth = usize::try_from(cfg.memory / 8).unwrap_or(usize::MAX);
+    let fits = 1usize << (usize::BITS - 1 - eighth.max(1).leading_zeros());
+    let bs = cfg.buffer_size.max(VIEW_BUFFER).min(fits);
+    (bs >= MIN).then_some(bs)
+}
+
 struct Spec {
     file: Arc<RawFile>,
     path: String,
@@ -346,7 +366,9 @@ struct Spec {
 fn new_mapping(s: Spec) -> Option<*mut c_void> {
     let cfg = CONFIG.get()?;
     let cache = cache()?;
-    let bs = cfg.buffer_size;
+    let view_bs = view_buffer(cfg).filter(|_| !s.writable);
+    let view = view_bs.is_some();
+    let bs = view_bs.unwrap_or(cfg.buffer_size);
     let obj = Arc::new(FileObject {
         file: s.file.clone(),
         name: s.path.clone(),
@@ -358,7 +380,8 @@ fn new_mapping(s: Spec) -> Option<*mut c_void> {
         .offset(s.offset)
         .len(s.len as u64)
         .buffer_size(bs)
-        .readahead_inline(cfg.readahead_inline);
+        .readahead_inline(cfg.readahead_inline)
+        .file_view(view);
     let p = match &cfg.policy {
         Some(name) => ucache::policy::policy_by_name(name)?,
         None => Box::new(ucache::policy::Clock::new()),
@@ -380,7 +403,7 @@ fn new_mapping(s: Spec) -> Option<*mut c_void> {
         }
     };
     let start = map.as_ptr() as usize;
-    if !s.writable {
+    if !s.writable && !view {
         // Stores into a read-only mapping fault as with the kernel (SIGSEGV), not in ucache.
         // The whole region, to its last buffer's end: a buffer is installed with one
         // UFFDIO_COPY, which must not straddle two areas of different protections.
@@ -542,11 +565,12 @@ pub(crate) fn advise(addr: usize, len: usize, advice: i32) -> Option<i32> {
     Some(0)
 }
 
-/// `mprotect`: a change ucache cannot serve makes the mapping a kernel one first.
+/// `mprotect`: a change ucache cannot serve makes the mapping a kernel one first. A view's
+/// protections are ucache's record of which buffers are loaded, so any change demotes it.
 pub(crate) fn protect(addr: usize, len: usize, prot: i32) {
     for (k, e) in table::find_all_addr(addr, len) {
         let adds_write = prot & libc::PROT_WRITE != 0 && !e.writable;
-        if adds_write || prot & libc::PROT_EXEC != 0 {
+        if adds_write || prot & libc::PROT_EXEC != 0 || e.map.is_file_view() {
             demote(k, e);
         }
     }
@@ -573,7 +597,7 @@ pub(crate) fn sync_range(addr: usize, len: usize) -> Option<i32> {
         }
         let (a, b) = (e.offset + lo as u64, e.offset + hi as u64);
         for (_, s) in table::find_inode(e.dev, e.ino) {
-            if !Arc::ptr_eq(&s, &e) {
+            if !Arc::ptr_eq(&s, &e) && !s.map.is_file_view() {
                 evict_one(&s, a, b);
             }
         }
@@ -635,10 +659,12 @@ impl FileView {
         }
     }
     /// After the kernel wrote `[a, b)` of the file: every mapping drops its copy, and loads
-    /// the new bytes on the next access.
+    /// the new bytes on the next access. A view has no copy: its bytes are the file's.
     pub fn after_write(&self, a: u64, b: u64) {
         for (_, e) in &self.ents {
-            evict_one(e, a, b);
+            if !e.map.is_file_view() {
+                evict_one(e, a, b);
+            }
         }
     }
     /// Writes back and syncs every writable mapping (`fsync` on the file).
@@ -759,4 +785,43 @@ pub(crate) fn iov_len(iov: *const libc::iovec, cnt: i32) -> usize {
     v.iter()
         .map(|i| i.iov_len)
         .fold(0usize, usize::saturating_add)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Config {
+        let get = |k: &str| {
+            pairs
+                .iter()
+                .chain(&[("UCACHE_FILES", "*")])
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        };
+        Config::from_env(get).unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_view_has_large_buffers_that_the_budget_holds_eight_of() {
+        let view = |m: &str, more: &[(&str, &str)]| {
+            let mut p = vec![("UCACHE_FILE_VIEW", "1"), ("UCACHE_MEMORY", m)];
+            p.extend_from_slice(more);
+            view_buffer(&cfg(&p))
+        };
+        assert_eq!(view("128MiB", &[]), Some(1 << 20));
+        assert_eq!(
+            view("1GiB", &[("UCACHE_BUFFER_SIZE", "2MiB")]),
+            Some(2 << 20)
+        );
+        assert_eq!(view("2MiB", &[]), Some(256 << 10));
+        assert_eq!(view("700KiB", &[]), Some(64 << 10));
+        assert_eq!(view("256KiB", &[]), None, "a budget too small for views");
+        assert_eq!(view("128MiB", &[("UCACHE_FAULT_THREADS", "2")]), None);
+        assert_eq!(
+            view_buffer(&cfg(&[("UCACHE_MEMORY", "128MiB")])),
+            None,
+            "asked for"
+        );
+    }
 }

@@ -135,6 +135,10 @@ impl Object for FileObject {
     fn len(&self) -> io::Result<u64> {
         Ok(self.file.size()?.max(self.min_len))
     }
+    /// The shim's own buffered descriptor of the file: a view maps it.
+    fn page_cache_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.file.fd)
+    }
     fn set_len(&self, _len: u64) -> io::Result<()> {
         // Never asked: `len` covers every mapping (a kernel mapping does not grow its file).
         Ok(())

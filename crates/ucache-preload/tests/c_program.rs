@@ -92,6 +92,34 @@ fn reads_through_the_page_cache_when_direct_reads_are_off() {
     }
 }
 
+/// `UCACHE_FILE_VIEW=1`: read-only mappings are views of their files (the file's own pages,
+/// revealed and hidden by ucache), with the same results. prog's own check that a shim
+/// mapping is anonymous does not apply (a view is the file), so the statistics tell that the
+/// shim mapped it: and in `read` mode nothing was read into ucache's memory.
+#[test]
+fn file_views_give_the_same_results() {
+    let s = Setup::new();
+    for mode in ["read", "mix", "fork", "private"] {
+        let plain = ok(&run(s.cmd(mode, "0")), &format!("{mode} plain"));
+        // 2 MiB for 4 MiB of data, in 1 MiB buffers: the views evict.
+        let mut c = s.shimmed(mode, "view", "2MiB");
+        c.env("UCACHE_FILE_VIEW", "1");
+        let out = run(c);
+        assert_eq!(plain, ok(&out, &format!("{mode} as a view")), "{mode}");
+        assert!(
+            shim_mappings(&out.stderr) > 0,
+            "{mode}: the shim mapped nothing"
+        );
+        if mode == "read" {
+            assert_eq!(
+                direct_read_bytes(&out.stderr),
+                0,
+                "a view reads nothing itself"
+            );
+        }
+    }
+}
+
 #[test]
 fn other_policies_and_buffer_sizes() {
     let s = Setup::new();

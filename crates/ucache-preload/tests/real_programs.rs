@@ -198,27 +198,30 @@ fn ripgrep_with_mmap() {
         "needle",
     ];
     let mut runs = Vec::new();
-    // Plain, through the shim, and through the shim with its readahead read on the faulting
-    // threads.
-    for (glob, inline) in [
-        (None, "0"),
-        (Some(glob.as_str()), "0"),
-        (Some(glob.as_str()), "1"),
+    // Plain, through the shim, through the shim with its readahead read on the faulting
+    // threads, and with the files mapped as views.
+    for (glob, inline, view) in [
+        (None, "0", "0"),
+        (Some(glob.as_str()), "0", "0"),
+        (Some(glob.as_str()), "1", "0"),
+        (Some(glob.as_str()), "1", "1"),
     ] {
         let mut c = Command::new("rg");
         c.args(args)
             .arg(&tree)
-            .env("UCACHE_READAHEAD_INLINE", inline);
+            .env("UCACHE_READAHEAD_INLINE", inline)
+            .env("UCACHE_FILE_VIEW", view);
         runs.push(run_ok(c, glob, "rg"));
         // And the matching lines themselves, for one large file.
         let mut c = Command::new("rg");
         c.args(["--mmap", "--no-config", "-n", "needle needle"])
             .arg(tree.join("d5/f19.txt"))
-            .env("UCACHE_READAHEAD_INLINE", inline);
+            .env("UCACHE_READAHEAD_INLINE", inline)
+            .env("UCACHE_FILE_VIEW", view);
         runs.push(text(&run(through_shim(c, glob)).stdout));
     }
     assert!(!runs[0].is_empty());
-    for k in [2, 4] {
+    for k in [2, 4, 6] {
         assert_eq!(runs[0], runs[k]);
         assert_eq!(runs[1], runs[k + 1]);
     }

@@ -99,7 +99,7 @@ impl Cache {
     /// Maps a local path or an `s3://bucket/key` URL. See the type stubs for every option.
     #[pyo3(signature = (path, *, buffer_size = None, writable = false, create = false,
         length = None, offset = 0, transparent = false, policy = None, policy_params = None,
-        readahead = true, readahead_inline = false,
+        readahead = true, readahead_inline = false, file_view = false,
         track_access = false, weight = 1, endpoint = None, access_key = None,
         secret_key = None, session_token = None, region = None, allow_http = None,
         coalesce_gap = None, column_chunks = None, column_chunks_depth = 2))]
@@ -118,6 +118,7 @@ impl Cache {
         policy_params: Option<Bound<'_, PyDict>>,
         readahead: bool,
         readahead_inline: bool,
+        file_view: bool,
         track_access: bool,
         weight: u32,
         endpoint: Option<String>,
@@ -154,6 +155,7 @@ impl Cache {
             .transparent(transparent)
             .readahead(readahead)
             .readahead_inline(readahead_inline)
+            .file_view(file_view)
             .track_access(track_access)
             .weight(weight);
         if let Some(l) = length {

@@ -207,3 +207,22 @@ def test_inline_readahead_is_an_option_of_map(tmp_path: Path):
             assert s["prefetches"] > 512, s
             assert s["bytes_read"] >= len(want), s
             del a
+
+
+def test_file_view_reads_the_files_own_pages(tmp_path: Path):
+    """`file_view=True` maps the file itself: the bytes are right, evictions happen under a
+    budget of 16 buffers, and nothing is copied into ucache's memory; a writable view, or one
+    of 4 KiB buffers, raises InvalidArgument."""
+    p = tmp_path / "view.bin"
+    want = pattern(256 * 65536)
+    p.write_bytes(want)
+    cache = ucache.Cache("1MiB")
+    with cache.map(p, file_view=True, buffer_size="64KiB") as m:
+        a = np.frombuffer(m, dtype="<u4")
+        np.testing.assert_array_equal(a, np.frombuffer(want, dtype="<u4"))
+        s = cache.stats()
+        assert s["evictions"] > 0 and s["installs"] == 0, s
+        del a
+    for bad in ({"writable": True, "buffer_size": "64KiB"}, {"buffer_size": "4KiB"}):
+        with pytest.raises(ucache.InvalidArgument):
+            cache.map(p, file_view=True, **bad)

@@ -67,6 +67,7 @@ mod stream;
 mod sync_ledger;
 mod typed;
 mod upgrade;
+mod view;
 mod write;
 mod writeback;
 
@@ -215,6 +216,7 @@ impl MappingCore {
             ));
         }
         let writable = o.writable;
+        view::check_options(&o, bs)?;
         if let Some(len) = o.len {
             // What the length alone decides is checked before the store is asked, so a
             // refused mapping creates nothing.
@@ -283,7 +285,12 @@ impl MappingCore {
                 ));
             }
             let sigbus = o.fault_handling == FaultHandling::OnFaultingThread;
-            Home::InPlace(Region::reserve_transparent(bytes, bs.min(2 << 20), sigbus)?)
+            match o.file_view {
+                true => Home::InPlace(view::reserve(&*obj, object, o.offset, bytes, bs)?),
+                false => {
+                    Home::InPlace(Region::reserve_transparent(bytes, bs.min(2 << 20), sigbus)?)
+                }
+            }
         } else {
             Home::InPlace(Region::reserve(bytes, bs.min(2 << 20))?)
         };
@@ -316,7 +323,10 @@ impl MappingCore {
             ra
         });
         let budget_buffers = cache.budget.budget_bytes() / bs as u64;
-        let slots = if o.transparent && o.track_access {
+        // A view's hits never fault and its evictions are cheap to undo (the page cache may still
+        // hold the bytes): no set-aside pool, and no kept marker bytes, since its loads read
+        // nothing into ucache's memory.
+        let slots = if o.transparent && o.track_access && !o.file_view {
             let want = AsidePool::slots_for(budget_buffers, nbuf, cache.budget.batch_buffers(bs));
             cache.budget.claim_aside(want, bs)
         } else {
@@ -332,7 +342,7 @@ impl MappingCore {
         } else {
             None
         };
-        let kept = if o.transparent && policy.has_prefetching() {
+        let kept = if o.transparent && policy.has_prefetching() && !o.file_view {
             KeptMarkers::new(&cache.budget, nbuf, bs)
         } else {
             None
@@ -390,14 +400,20 @@ impl MappingCore {
     /// Connects a transparent mapping to whoever serves its faults: the SIGBUS handler, or
     /// its own handler threads.
     pub(crate) fn register_faults(self: &Arc<Self>) -> Result<()> {
+        let base = self.base() as usize;
+        let len = self.home.region().map_or(0, Region::len);
+        if self.is_view() {
+            let r = crate::sigbus::register(Arc::downgrade(self) as _, base, len, libc::SIGSEGV)?;
+            let _ = self.registration.set(r);
+            return Ok(());
+        }
         let Some(u) = self.home.uffd() else {
             return Ok(());
         };
-        let base = self.base() as usize;
         match self.fault_handling {
             FaultHandling::OnFaultingThread => {
-                let len = self.home.region().map_or(0, Region::len);
-                let r = crate::sigbus::register(Arc::downgrade(self) as _, base, len)?;
+                let r =
+                    crate::sigbus::register(Arc::downgrade(self) as _, base, len, libc::SIGBUS)?;
                 let _ = self.registration.set(r);
             }
             FaultHandling::HandlerThreads(n) => {

@@ -6,6 +6,11 @@
 //! `process_madvise` call per batch where the kernel allows it: DESIGN.md measured that batching
 //! the unmapping is the largest single step on the eviction path.
 //!
+//! A file view's region is the file itself, mapped by the kernel `PROT_NONE`: ucache reveals
+//! a buffer (`mprotect(PROT_READ)`, then `MADV_POPULATE_READ`, which reads it into the page
+//! cache with the kernel's readahead and maps it) and hides it again on eviction (`PROT_NONE`,
+//! then the same zap, then `POSIX_FADV_DONTNEED`). See `mapping/view.rs`.
+//!
 //! All of ucache's `mmap`/`madvise` unsafety lives in this file.
 
 use std::io;
@@ -19,6 +24,33 @@ use crate::uffd::{self, Uffd};
 const IOV_MAX: usize = 1024;
 /// Transparent huge page size on x86-64 and most arm64 kernels.
 const HUGE_PAGE: usize = 2 << 20;
+/// `madvise` advice that faults a range in for reading (Linux 5.14+), missing from `libc`.
+const MADV_POPULATE_READ: libc::c_int = 22;
+
+/// `mprotect`, `madvise` and `posix_fadvise` made as system calls, not through libc: in a
+/// process with ucache's LD_PRELOAD shim, libc's are the shim's, which would take ucache's
+/// own calls on a shim mapping for the program's (and a view's protection change for one
+/// that demotes the mapping). Same arguments and results as the libc functions, errors in
+/// `errno`.
+mod sys {
+    /// # Safety
+    /// As `mprotect(2)`.
+    pub(super) unsafe fn mprotect(at: *mut u8, len: usize, prot: libc::c_int) -> libc::c_int {
+        // SAFETY: forwarded.
+        unsafe { libc::syscall(libc::SYS_mprotect, at, len, prot) as libc::c_int }
+    }
+    /// # Safety
+    /// As `madvise(2)`.
+    pub(super) unsafe fn madvise(at: *mut u8, len: usize, advice: libc::c_int) -> libc::c_int {
+        // SAFETY: forwarded.
+        unsafe { libc::syscall(libc::SYS_madvise, at, len, advice) as libc::c_int }
+    }
+    /// `posix_fadvise(2)`, whose result only advises.
+    pub(super) fn fadvise(fd: i32, offset: u64, len: usize, advice: libc::c_int) {
+        // SAFETY: no memory is passed.
+        unsafe { libc::syscall(libc::SYS_fadvise64, fd, offset as i64, len as i64, advice) };
+    }
+}
 
 pub(crate) struct Region {
     raw: *mut u8,
@@ -27,6 +59,14 @@ pub(crate) struct Region {
     len: usize,
     /// Set for transparent mappings: absent pages and writes to clean pages fault into ucache.
     uffd: Option<Arc<Uffd>>,
+    /// Set for a file view: the file mapped over the region, and its offset at `base`.
+    view: Option<View>,
+}
+
+#[derive(Clone, Copy)]
+struct View {
+    fd: i32,
+    file_offset: u64,
 }
 
 // SAFETY: the region is plain memory; which thread may touch which buffer of it is governed by
@@ -65,7 +105,7 @@ impl Region {
         let base = unsafe { raw.add(pad) };
         if align >= HUGE_PAGE {
             // SAFETY: advice on memory we own; failure only means no huge pages.
-            unsafe { libc::madvise(base as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
+            unsafe { sys::madvise(base, len, libc::MADV_HUGEPAGE) };
         }
         Ok(Region {
             raw,
@@ -73,7 +113,62 @@ impl Region {
             base,
             len,
             uffd: None,
+            view: None,
         })
+    }
+
+    /// Reserves a file view: `len` bytes of file `fd` from `file_offset` (a multiple of the
+    /// page size), mapped shared and read-only over an aligned reservation, all hidden
+    /// (`PROT_NONE`). A load there raises `SIGSEGV` until [`Region::reveal`] opens its page.
+    pub(crate) fn reserve_view(
+        len: usize,
+        align: usize,
+        fd: i32,
+        file_offset: u64,
+    ) -> Result<Region> {
+        let mut r = Region::reserve(len, align.max(4096))?;
+        // SAFETY: the range is our own reservation, which the file mapping replaces; Drop
+        // unmaps it with the rest. Neither side is read before this returns.
+        let p = unsafe {
+            libc::syscall(
+                libc::SYS_mmap,
+                r.base,
+                len,
+                libc::PROT_NONE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
+                fd,
+                file_offset as libc::off_t,
+            )
+        };
+        if p == -1 {
+            return Err(Error::last_os("mmap"));
+        }
+        r.view = Some(View { fd, file_offset });
+        crate::fork::add_region(r.base as usize, r.len);
+        Ok(r)
+    }
+
+    /// Whether this region is a file view ([`Region::reserve_view`]).
+    pub(crate) fn is_view(&self) -> bool {
+        self.view.is_some()
+    }
+
+    /// Opens `[offset, offset+len)` of a file view for reading and maps its pages, reading
+    /// them into the page cache first. Only the protection change can fail: the populate is
+    /// a head start, and a page it could not read (past the end of the file, a device error)
+    /// faults on access and gets the kernel's own `SIGBUS`, as under `mmap`.
+    pub(crate) fn reveal(&self, offset: usize, len: usize) -> Result<()> {
+        debug_assert!(self.view.is_some() && offset + len <= self.len);
+        let at = self.at(offset);
+        // SAFETY: the range lies in our region; the caller owns its buffers (Loading).
+        if unsafe { sys::mprotect(at, len, libc::PROT_READ) } != 0 {
+            return Err(Error::last_os("mprotect"));
+        }
+        // SAFETY: advice on the same range.
+        while unsafe { sys::madvise(at, len, MADV_POPULATE_READ) } != 0
+            && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+        {}
+        Ok(())
     }
 
     /// Reserves a region whose faults go to ucache: missing pages, and writes to
@@ -107,7 +202,7 @@ impl Region {
             libc::MADV_NOHUGEPAGE
         };
         // SAFETY: advice on memory we own; failure only means the default stays.
-        unsafe { libc::madvise(self.base as *mut libc::c_void, self.len, advice) };
+        unsafe { sys::madvise(self.base, self.len, advice) };
     }
 
     /// The userfaultfd of a transparent region, for its handler threads.
@@ -115,8 +210,9 @@ impl Region {
         self.uffd.as_ref()
     }
 
+    /// Whether plain loads reach ucache: a userfaultfd region or a file view.
     pub(crate) fn is_transparent(&self) -> bool {
-        self.uffd.is_some()
+        self.uffd.is_some() || self.view.is_some()
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -136,6 +232,10 @@ impl Region {
         len: usize,
         writable: bool,
     ) -> Result<()> {
+        if self.view.is_some() {
+            // The file's own pages are the bytes: nothing to copy.
+            return self.reveal(offset, len);
+        }
         let u = self.uffd.as_ref().expect("install on a transparent region");
         debug_assert!(offset + len <= self.len && len.is_multiple_of(4096));
         // SAFETY: forwarded from our caller; the destination lies inside the registered region.
@@ -165,8 +265,7 @@ impl Region {
     pub(crate) fn deny_writes(&self, offset: usize, len: usize) -> Result<()> {
         debug_assert!(offset + len <= self.len);
         // SAFETY: the range lies inside this region, which we own; reads stay allowed.
-        let r =
-            unsafe { libc::mprotect(self.at(offset) as *mut libc::c_void, len, libc::PROT_READ) };
+        let r = unsafe { sys::mprotect(self.at(offset), len, libc::PROT_READ) };
         if r == 0 {
             Ok(())
         } else {
@@ -188,7 +287,8 @@ impl Region {
     }
 
     /// Gives the frames of these `(offset, len)` ranges back to the kernel; they read as zeros
-    /// afterwards. The caller owns every range exclusively (state `Evicting`).
+    /// afterwards (a file view's are hidden first, and dropped from the page cache after). The
+    /// caller owns every range exclusively (state `Evicting`).
     ///
     /// On failure, returns the indices of the ranges whose memory may still be there, with the
     /// error; every other range was dropped. A batched call that fails part way tells nothing
@@ -200,6 +300,18 @@ impl Region {
     ) -> std::result::Result<(), (Vec<usize>, Error)> {
         let mut failed = Vec::new();
         let mut first_error = None;
+        if self.view.is_some() {
+            // Hidden before the zap, so that no load maps a page back in between. A range that
+            // stays open stays cached: its bytes are the file's, valid either way.
+            for (k, &(off, len)) in ranges.iter().enumerate() {
+                // SAFETY: the range lies in our region and is the caller's (Evicting).
+                let r = unsafe { sys::mprotect(self.at(off), len, libc::PROT_NONE) };
+                if r != 0 {
+                    failed.push(k);
+                    first_error.get_or_insert(Error::last_os("mprotect"));
+                }
+            }
+        }
         for (c, chunk) in ranges.chunks(IOV_MAX).enumerate() {
             let batched = process_madvise_dontneed(self, chunk);
             if matches!(batched, Ok(true)) {
@@ -210,9 +322,7 @@ impl Region {
             let failed_before = failed.len();
             for (k, &(off, len)) in chunk.iter().enumerate() {
                 // SAFETY: the range lies in our region and nobody accesses it (Evicting).
-                let r = unsafe {
-                    libc::madvise(self.at(off) as *mut libc::c_void, len, libc::MADV_DONTNEED)
-                };
+                let r = unsafe { sys::madvise(self.at(off), len, libc::MADV_DONTNEED) };
                 if r != 0 {
                     failed.push(c * IOV_MAX + k);
                     first_error.get_or_insert(Error::last_os("madvise"));
@@ -225,6 +335,19 @@ impl Region {
                 first_error.get_or_insert(e);
             }
         }
+        if let Some(v) = self.view {
+            for &(off, len) in ranges {
+                // Advice only: a page another mapping maps stays.
+                sys::fadvise(
+                    v.fd,
+                    v.file_offset + off as u64,
+                    len,
+                    libc::POSIX_FADV_DONTNEED,
+                );
+            }
+        }
+        failed.sort_unstable();
+        failed.dedup();
         match first_error {
             Some(e) if !failed.is_empty() => Err((failed, e)),
             _ => Ok(()),
@@ -234,7 +357,7 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        if self.uffd.is_some() {
+        if self.is_transparent() {
             crate::fork::remove_region(self.base as usize);
         }
         // SAFETY: raw/raw_len is exactly what mmap returned; no references into it outlive the
@@ -262,7 +385,7 @@ pub(crate) fn huge_table<T>(n: usize, entry: impl FnMut() -> T) -> Option<Box<[T
     );
     if lo < hi && !cfg!(miri) {
         // SAFETY: advice on memory this vector owns; failure only means no huge pages.
-        unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+        unsafe { sys::madvise(lo as *mut u8, hi - lo, libc::MADV_HUGEPAGE) };
     }
     v.extend(std::iter::repeat_with(entry).take(n));
     Some(v.into_boxed_slice())

@@ -1,5 +1,6 @@
 //! The process-wide `SIGBUS` handler that serves faults on transparent mappings, and the
-//! registry it finds them in.
+//! registry it finds them in. The same handler takes `SIGSEGV` once a file view exists: a
+//! load of a page a view hides raises `SIGSEGV` (`SEGV_ACCERR`), not `SIGBUS`.
 //!
 //! A transparent mapping's userfaultfd has `UFFD_FEATURE_SIGBUS`, so a plain load or store that
 //! misses raises `SIGBUS` in the faulting thread. The handler looks the address up among the
@@ -39,6 +40,13 @@ pub(crate) trait FaultTarget: Send + Sync {
     /// Takes write permission from the pages of `[start, start+len)` for good (see
     /// `fault_thread::serve`).
     fn deny_writes(&self, start: usize, len: usize) -> Result<()>;
+    /// The signal this mapping's faults arrive by: `SIGBUS` (userfaultfd), or `SIGSEGV` (a
+    /// file view). A fault by the other signal in its range is not ucache's to serve: the
+    /// kernel's own `SIGBUS` past the end of a viewed file, or a store into a
+    /// userfaultfd mapping whose pages the program protected.
+    fn signal(&self) -> libc::c_int {
+        libc::SIGBUS
+    }
 }
 
 /// What a slot names: the registered mapping, weak, boxed so that one thin pointer holds it.
@@ -60,17 +68,29 @@ const EMPTY: Slot = Slot {
 };
 
 static REGISTRY: [Slot; SLOTS] = [EMPTY; SLOTS];
-static INSTALL: Once = Once::new();
-/// The `SIGBUS` actions that came before ours: slot 0 written once, before ours is installed;
-/// later slots when a handler we chained to changed the disposition (std's resets it to the
-/// default for a signal it does not handle). `PREVIOUS_AT` names the slot in use. A slot is
-/// rewritten only after seven more changes, so a handler still copying an older one never
-/// meets a write; and a change needs a sent `SIGBUS` reaching a handler that replaces itself.
-static mut PREVIOUS: [std::mem::MaybeUninit<libc::sigaction>; 8] =
-    [const { std::mem::MaybeUninit::zeroed() }; 8];
-static PREVIOUS_AT: AtomicUsize = AtomicUsize::new(0);
+/// The signals ucache's handler may take, in the order of the per-signal tables below:
+/// `SIGBUS` from the first transparent mapping on, `SIGSEGV` from the first file view on.
+const SIGNALS: [libc::c_int; 2] = [libc::SIGBUS, libc::SIGSEGV];
+/// `si_code` of a `SIGSEGV` for an access the page's protection forbids (a hidden page).
+const SEGV_ACCERR: libc::c_int = 2;
+static INSTALL: [Once; 2] = [const { Once::new() }; 2];
+/// Per signal, the actions that came before ours: slot 0 written once, before ours is
+/// installed; later slots when a handler we chained to changed the disposition (std's resets
+/// it to the default for a signal it does not handle). `PREVIOUS_AT` names the slot in use. A
+/// slot is rewritten only after seven more changes, so a handler still copying an older one
+/// never meets a write; and a change needs a sent signal reaching a handler that replaces
+/// itself.
+static mut PREVIOUS: [[std::mem::MaybeUninit<libc::sigaction>; 8]; 2] =
+    [[const { std::mem::MaybeUninit::zeroed() }; 8]; 2];
+static PREVIOUS_AT: [AtomicUsize; 2] = [const { AtomicUsize::new(0) }; 2];
 /// Held by the handler that is recording a changed disposition.
-static REPLACING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static REPLACING: [std::sync::atomic::AtomicBool; 2] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; 2];
+
+/// The row of the per-signal tables for `sig`, one of [`SIGNALS`].
+fn row(sig: libc::c_int) -> usize {
+    SIGNALS.iter().position(|&s| s == sig).unwrap_or(0)
+}
 /// Whether an address lies in a region fenced at a fork, a mapping of the parent's
 /// ([`set_fence`]); unset, none does.
 /// Read in the handler with `get`, one atomic load: no lock, no allocation.
@@ -85,9 +105,15 @@ pub(crate) struct Registration {
 /// Never a real pointer (nothing is allocated at the first aligned address).
 const CLAIMED: *mut Target = std::ptr::dangling_mut();
 
-/// Makes faults in `[start, start+len)` go to `core`, installing the handler on first use.
-pub(crate) fn register(core: Target, start: usize, len: usize) -> Result<Registration> {
-    install()?;
+/// Makes faults in `[start, start+len)` go to `core`, installing the handler for `sig` (its
+/// [`FaultTarget::signal`]) on first use.
+pub(crate) fn register(
+    core: Target,
+    start: usize,
+    len: usize,
+    sig: libc::c_int,
+) -> Result<Registration> {
+    install(sig)?;
     // Allocated here, never in the handler, which only borrows it.
     let weak = Box::into_raw(Box::new(core));
     for (k, s) in REGISTRY.iter().enumerate() {
@@ -168,21 +194,21 @@ fn lookup(addr: usize) -> Option<(Arc<dyn FaultTarget>, usize)> {
 /// inside a system call, so it changes nothing there.
 const OUR_FLAGS: libc::c_int = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_RESTART;
 
-fn install() -> Result<()> {
+fn install(sig: libc::c_int) -> Result<()> {
     let mut err = None;
-    INSTALL.call_once(|| {
+    INSTALL[row(sig)].call_once(|| {
         // SAFETY: sigaction with a zeroed struct naming our handler; PREVIOUS is written here,
         // once, before our handler can run, and only read afterwards.
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             let handler: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                on_sigbus;
+                on_fault;
             sa.sa_sigaction = handler as usize;
             sa.sa_flags = OUR_FLAGS;
             libc::sigemptyset(&mut sa.sa_mask);
-            let prev = std::ptr::addr_of_mut!(PREVIOUS) as *mut libc::sigaction;
-            if libc::sigaction(libc::SIGBUS, &sa, prev) != 0 {
-                err = Some(Error::last_os("sigaction(SIGBUS)"));
+            let prev = std::ptr::addr_of_mut!(PREVIOUS[row(sig)]) as *mut libc::sigaction;
+            if libc::sigaction(sig, &sa, prev) != 0 {
+                err = Some(Error::last_os("sigaction"));
             }
         }
     });
@@ -208,7 +234,7 @@ fn is_write(ctx: *mut libc::c_void) -> bool {
     }
 }
 
-extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: errno is thread-local; we restore it so the interrupted code never sees ours.
     let errno = unsafe { *libc::__errno_location() };
     // SAFETY: the kernel passes a valid siginfo_t for SA_SIGINFO handlers.
@@ -216,13 +242,20 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // A SIGBUS sent by kill(2), raise(3) or sigqueue(3) (si_code <= 0) names no address:
     // it is not a fault, and goes to whoever handled SIGBUS before ucache. One that a handler
     // thread sent for a failed fault stands for that fault.
-    let fault = code > 0 || take_fault_signal();
+    let fault = code > 0 || (sig == libc::SIGBUS && take_fault_signal());
     if code > 0 && FENCE.get().is_some_and(|fenced| fenced(addr)) {
         report_forked(addr);
         chain(sig, info, ctx, true);
         return;
     }
-    let found = if code > 0 { lookup(addr) } else { None };
+    // A SIGSEGV is ours only where a view hides the page: a bad pointer (`SEGV_MAPERR`) is
+    // the program's, and goes on at once.
+    let ours = code > 0 && (sig == libc::SIGBUS || code == SEGV_ACCERR);
+    let found = if ours {
+        lookup(addr).filter(|(core, _)| core.signal() == sig)
+    } else {
+        None
+    };
     let served = match found {
         Some((core, start)) => {
             let write = is_write(ctx);
@@ -256,7 +289,7 @@ pub(crate) fn set_fence(fenced: fn(usize) -> bool) {
 /// Installs the handler in a forked child whose transparent regions were fenced
 /// ([`crate::fork`]), so that a touch is reported before the default action.
 pub(crate) fn install_in_child() {
-    let _ = install();
+    let _ = install(libc::SIGBUS);
 }
 
 /// Tells a forked child why it dies (write(2) of a stack buffer: nothing that could need a
@@ -284,7 +317,7 @@ static FAULT_SIGNALS: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
 
 /// Marks thread `tid` as about to receive `SIGBUS` for a failed fault (see [`FAULT_SIGNALS`]).
 pub(crate) fn mark_fault_signal(tid: libc::c_int) {
-    if !INSTALL.is_completed() {
+    if !INSTALL[0].is_completed() {
         return;
     }
     for s in FAULT_SIGNALS.iter() {
@@ -303,34 +336,36 @@ fn take_fault_signal() -> bool {
         .any(|s| s.compare_exchange(tid, 0, SeqCst, SeqCst).is_ok())
 }
 
-/// Hands the signal to whatever handled `SIGBUS` before ucache. `fault` says it came from a
+/// Hands the signal to whatever handled `sig` before ucache. `fault` says it came from a
 /// faulting access, which runs again when the handler returns.
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, fault: bool) {
+    let r = row(sig);
     // SAFETY: the slot in use was fully written before it was published (slot 0 before our
     // handler was installed, later ones before PREVIOUS_AT named them).
-    let prev =
-        unsafe { (*std::ptr::addr_of!(PREVIOUS))[PREVIOUS_AT.load(SeqCst) % 8].assume_init() };
+    let prev = unsafe {
+        (*std::ptr::addr_of!(PREVIOUS))[r][PREVIOUS_AT[r].load(SeqCst) % 8].assume_init()
+    };
     let h = prev.sa_sigaction;
     if h == libc::SIG_IGN && !fault {
-        // A sent SIGBUS the program chose to ignore.
+        // A sent signal the program chose to ignore.
         return;
     }
     if h == libc::SIG_DFL || h == libc::SIG_IGN {
         // The default action, which ends the process. A fault gets it by running again with
-        // the default restored (a synchronous SIGBUS cannot be ignored); a sent signal is
+        // the default restored (a synchronous fault cannot be ignored); a sent signal is
         // raised again, at once, rather than left for some later fault.
         // SAFETY: plain sigaction with a zeroed struct (SIG_DFL), then raise(3).
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
             if !fault {
-                libc::raise(libc::SIGBUS);
+                libc::raise(sig);
             }
         }
         return;
     }
-    // SAFETY: the previous handler was installed for SIGBUS with these flags, so calling it
+    // SAFETY: the previous handler was installed for `sig` with these flags, so calling it
     // with the arguments the kernel gave us is what the kernel would have done.
     unsafe {
         if prev.sa_flags & libc::SA_SIGINFO != 0 {
@@ -343,37 +378,38 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void, f
         }
     }
     if !fault {
-        stay_in_front();
+        stay_in_front(sig);
     }
 }
 
-/// After a handler we chained a sent signal to has returned: if it changed `SIGBUS`'s
+/// After a handler we chained a sent signal to has returned: if it changed `sig`'s
 /// disposition (std's handler resets it to the default for any signal that is not its guard
 /// page's), what it installed is what now comes after ucache, and ucache's own handler goes
 /// back in front. Otherwise one `kill -BUS` would leave every later miss of every transparent
 /// mapping unserved. A fault is left alone: it runs again at once, into whatever is installed.
-fn stay_in_front() {
+fn stay_in_front(sig: libc::c_int) {
+    let r = row(sig);
     // SAFETY: sigaction(2) reads of the current action into a zeroed struct we own.
     let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
-    if unsafe { libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut cur) } != 0 {
+    if unsafe { libc::sigaction(sig, std::ptr::null(), &mut cur) } != 0 {
         return;
     }
-    let ours: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = on_sigbus;
-    if cur.sa_sigaction == ours as usize || REPLACING.swap(true, SeqCst) {
+    let ours: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = on_fault;
+    if cur.sa_sigaction == ours as usize || REPLACING[r].swap(true, SeqCst) {
         return;
     }
-    let next = (PREVIOUS_AT.load(SeqCst) + 1) % 8;
+    let next = (PREVIOUS_AT[r].load(SeqCst) + 1) % 8;
     // SAFETY: slot `next` is not the one in use, and REPLACING makes us its only writer; it is
     // published (PREVIOUS_AT) only once written. Then our own action goes back in, as install
     // made it.
     unsafe {
-        (*std::ptr::addr_of_mut!(PREVIOUS))[next].write(cur);
-        PREVIOUS_AT.store(next, SeqCst);
+        (*std::ptr::addr_of_mut!(PREVIOUS))[r][next].write(cur);
+        PREVIOUS_AT[r].store(next, SeqCst);
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = ours as usize;
         sa.sa_flags = OUR_FLAGS;
         libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+        libc::sigaction(sig, &sa, std::ptr::null_mut());
     }
-    REPLACING.store(false, SeqCst);
+    REPLACING[r].store(false, SeqCst);
 }

@@ -73,6 +73,10 @@ int main(void) {
     mo.weight = 0;
     FAILS(UCACHE_ERR_BAD_ARGUMENT, ucache_map(cache, store, "data", &mo, &m));
     mo.weight = 1;
+    /* A file view of 4 KiB buffers (it needs 64 KiB ones). */
+    mo.file_view = true;
+    FAILS(UCACHE_ERR_BAD_ARGUMENT, ucache_map(cache, store, "data", &mo, &m));
+    mo.file_view = false;
     mo.policy_name = "no-such-policy";
     FAILS(UCACHE_ERR_BAD_ARGUMENT, ucache_map(cache, store, "data", &mo, &m));
     mo.policy_name = NULL;

@@ -70,6 +70,24 @@ int main(void) {
             CHECK(chunk[k] == want);
         }
     }
+
+    /* The same file as a view (its own page-cache pages, revealed and hidden by ucache):
+     * read-only, 64 KiB buffers, four of them in the budget. */
+    OK(ucache_map_options_init(&mo));
+    mo.file_view = true;
+    mo.buffer_size = 16 * BS;
+    OK(ucache_map(cache, store, path, &mo, &m));
+    OK(ucache_mapping_get_info(m, &info));
+    CHECK(info.transparent);
+    words = (volatile uint64_t *)info.base;
+    for (uint64_t i = 0; i < WORDS; i++) {
+        uint64_t k = i % (BS / 8);
+        CHECK(words[i] == (k == 0 ? i + 1 : k == 100 ? ~i : i));
+    }
+    ucache_stats vs;
+    OK(ucache_cache_stats(cache, &vs));
+    CHECK(vs.evictions > st.evictions && vs.installs == st.installs);
+    OK(ucache_unmap(m));
     OK(ucache_store_free(store));
     OK(ucache_cache_free(cache));
     close(fd);

@@ -45,6 +45,7 @@ class Cache:
         policy_params: dict[str, Any] | None = None,
         readahead: bool = True,
         readahead_inline: bool = False,
+        file_view: bool = False,
         track_access: bool = False,
         weight: int = 1,
         endpoint: str | None = None,
@@ -68,7 +69,9 @@ class Cache:
         :meth:`Mapping.read` calls that continue where an earlier one ended, read ahead in the
         background, unless the policy prefetches itself; `readahead_inline` has the missing
         thread read those windows itself instead (for threads that keep every core busy on a
-        device as fast as memory). `policy`: one of :data:`POLICY_NAMES` (default clock), optionally with
+        device as fast as memory). `file_view` maps a local file itself, read-only, as a view
+        whose pages ucache reveals and hides, with no copy (implies `transparent`; buffers of
+        64 KiB or more; for scans, see ``MapOptions::file_view``). `policy`: one of :data:`POLICY_NAMES` (default clock), optionally with
         parameters and presets (``"s3fifo:libcachesim,small_size_ratio=0.2"``; `policy_params`
         adds ``key=value`` items, e.g. ``{"small_size_ratio": 0.2}``), or a policy written in
         Python (an object or a class with ``choose_victims(want)`` and optional hooks, see

@@ -126,7 +126,9 @@ impl MappingCore {
             return Ok(());
         }
         let prefetched = demand.is_none();
-        let (ok, first) = if self.home.is_transparent() {
+        let (ok, first) = if self.is_view() {
+            self.reveal_claims(claimed, Pin::None, prefetched)
+        } else if self.home.is_transparent() {
             self.read_batch_staged(claimed, prefetched)
         } else {
             self.read_batch_at(claimed, prefetched, None)

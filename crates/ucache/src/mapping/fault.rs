@@ -146,4 +146,11 @@ impl FaultTarget for MappingCore {
     fn deny_writes(&self, start: usize, len: usize) -> Result<()> {
         MappingCore::deny_writes(self, start, len)
     }
+    fn signal(&self) -> libc::c_int {
+        if self.is_view() {
+            libc::SIGSEGV
+        } else {
+            libc::SIGBUS
+        }
+    }
 }

@@ -342,6 +342,11 @@ impl Mapping {
     pub fn is_transparent(&self) -> bool {
         self.core.is_transparent()
     }
+    /// Whether the mapping is a view of its file (see [`MapOptions::file_view`](super::MapOptions::file_view)):
+    /// its bytes are the page cache's, so writes to the file show without an eviction.
+    pub fn is_file_view(&self) -> bool {
+        self.core.is_view()
+    }
     /// The mapping's memory as a slice of `T`, for a read-only transparent mapping: plain
     /// loads, faulting misses in as they come, with no `unsafe` in the program.
     ///

@@ -5,6 +5,7 @@
 //! |---|---|---|---|
 //! | in place | `base + i × bs` of the mapping's region | read in place | `madvise(DONTNEED)`, batched |
 //! | in place, transparent | the same | read into staging, installed with `UFFDIO_COPY` | the same |
+//! | in place, a file view | the same, the file's page-cache pages | made readable and populated by the kernel (`view.rs`) | hidden, then the same, then dropped from the page cache |
 //! | pool | frame `frames[i]` of the cache's pool for `bs` | read into the frame | the frame goes back on the pool's free list |
 //!
 //! Room is budget (in place) or a frame (pool); see [`crate::pool`] for how frames are
@@ -170,6 +171,14 @@ impl MappingCore {
     ) -> Result<()> {
         // One buffer, one request, nothing else of it outstanding.
         self.count_store_read(0);
+        if self.is_view() {
+            // The kernel reads the file's page; `read`'s bytes, if any, are the same.
+            *filled = true;
+            let r = self.home.region().expect("a view has a region");
+            let at = (i << self.shift) as usize;
+            sw.lap(self.stats(), Counter::FaultIoNs);
+            return r.reveal(at, self.bs);
+        }
         if !self.home.is_transparent() {
             *filled = true;
             // SAFETY: buffer i is Loading and ours, and its room taken: no other thread
@@ -196,6 +205,10 @@ impl MappingCore {
     /// read. A reused pool frame or a transparent page must not show old bytes, so the
     /// zeros are written, not assumed.
     pub(super) fn fill_zeros(&self, i: u64, writable: bool, filled: &mut bool) -> Result<()> {
+        if self.is_view() {
+            // Only a store overwrites a buffer whole, and a view takes none.
+            return Err(Error::ReadOnly);
+        }
         *filled = true;
         if !self.home.is_transparent() {
             // SAFETY: buffer i is Loading and ours, and its room taken: no other thread

@@ -38,6 +38,7 @@ pub struct MapOptions {
     pub(super) track_access: bool,
     pub(super) readahead: bool,
     pub(super) readahead_inline: bool,
+    pub(super) file_view: bool,
     pub(super) scan_bypass: bool,
     pub(super) weight: u32,
     pub(super) placement: Placement,
@@ -59,6 +60,7 @@ impl Default for MapOptions {
             track_access: false,
             readahead: true,
             readahead_inline: false,
+            file_view: false,
             scan_bypass: true,
             weight: 1,
             placement: Placement::InPlace,
@@ -134,6 +136,39 @@ impl MapOptions {
     /// could not free them. Linux on x86-64 only.
     pub fn transparent(mut self, transparent: bool) -> Self {
         self.transparent = transparent;
+        self
+    }
+    /// Map the file itself, as a view whose pages ucache reveals and hides (off by default;
+    /// implies [`MapOptions::transparent`]). For read-only mappings of files that are read
+    /// in long runs: scans, searches, dumps.
+    ///
+    /// A transparent mapping reads each miss into staging memory and copies it into a page
+    /// of its own. A view maps the file with the kernel and keeps every page it has not
+    /// loaded inaccessible: a load there raises `SIGSEGV`, which ucache's handler serves by
+    /// making the buffer readable and reading it into the page cache with the kernel's own
+    /// readahead (`MADV_POPULATE_READ`), with no copy and no page of ucache's. Eviction makes
+    /// the buffer inaccessible again and drops its pages. Budget, policy, readahead windows
+    /// and the explicit primitives work as on any transparent mapping, and the bytes are
+    /// always the file's: writes through the file's descriptors show at once, and a page past
+    /// the end of the file gets the kernel's `SIGBUS`, as under `mmap`.
+    ///
+    /// Each load and eviction changes the protection of its run, a few microseconds of
+    /// system calls, and each run of loaded buffers is an area of the address space of its
+    /// own: so buffers must be at least 64 KiB (`vm.max_map_count`, 65,530 areas by default,
+    /// bounds how many runs a view may have), and a view suits long runs, not random
+    /// lookups of a few KiB. Hits are never seen ([`MapOptions::track_access`] is ignored).
+    ///
+    /// `map` refuses a view with [`crate::Error::BadArgument`] when the mapping is writable,
+    /// its buffers are smaller than 64 KiB, its faults go to handler threads, or the store's
+    /// object is not a file read through the page cache
+    /// ([`crate::store::Object::page_cache_fd`]: the file stores' objects are). Linux on
+    /// x86-64 only. A `write(2)` from a hidden page fails with `EFAULT`, as it does from a
+    /// transparent mapping: make the range resident first.
+    pub fn file_view(mut self, on: bool) -> Self {
+        self.file_view = on;
+        if on {
+            self.transparent = true;
+        }
         self
     }
     /// Who serves a transparent mapping's faults (default: the faulting thread itself).

@@ -305,6 +305,14 @@ impl MappingCore {
     /// Every index `next` gives is a claim of this mapping handed over with
     /// [`LoadClaim::into_raw`], given once.
     pub(crate) unsafe fn load_stream(&self, depth: usize, next: &mut dyn FnMut() -> Option<u64>) {
+        if self.is_view() {
+            // SAFETY: each index is a claim handed over by our caller, adopted once, here.
+            let claims = std::iter::from_fn(next).map(|i| unsafe { LoadClaim::adopt(self, i) });
+            let (ok, _) = self.reveal_claims(claims, Pin::None, true);
+            self.stats().add(Counter::Prefetches, ok);
+            self.stats().add(Counter::BytesRead, ok * self.bs as u64);
+            return;
+        }
         let left = if !self.home.is_transparent() {
             self.stream_into(depth.max(1), None, next)
         } else {

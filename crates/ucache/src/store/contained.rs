@@ -63,6 +63,9 @@ impl Object for Contained {
     fn reads_ahead(&self) -> bool {
         contain(|| Ok(self.0.reads_ahead())).unwrap_or(false)
     }
+    fn page_cache_fd(&self) -> Option<std::os::fd::RawFd> {
+        contain(|| Ok(self.0.page_cache_fd())).unwrap_or(None)
+    }
     fn requests(&self) -> Option<super::StoreRequests> {
         contain(|| Ok(self.0.requests())).unwrap_or(None)
     }

@@ -243,6 +243,12 @@ impl Object for FileObject {
         !self.direct
     }
 
+    /// The file itself; `O_DIRECT` only changes how this descriptor reads, not what `mmap`
+    /// of it maps.
+    fn page_cache_fd(&self) -> Option<RawFd> {
+        Some(self.file.as_raw_fd())
+    }
+
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         read_full(
             |b, off| {

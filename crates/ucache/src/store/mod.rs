@@ -248,6 +248,15 @@ pub trait Object: Send + Sync + 'static {
         false
     }
 
+    /// A descriptor of a file whose byte `o` is this object's byte `o`, read through the
+    /// kernel's page cache: a [file view](crate::MapOptions::file_view) maps that file itself
+    /// and never calls the store to read. `None` (the default) where the object's bytes are
+    /// not a file's as they stand (memory, object stores, a store that transforms or checks
+    /// what it reads). The descriptor stays the object's and must stay open as long as it.
+    fn page_cache_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
     /// Writes all of `buf` at `offset`.
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
 

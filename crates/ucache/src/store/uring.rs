@@ -233,6 +233,9 @@ impl Object for UringObject {
     fn reads_ahead(&self) -> bool {
         self.file.reads_ahead()
     }
+    fn page_cache_fd(&self) -> Option<RawFd> {
+        self.file.page_cache_fd()
+    }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.file.write_at(buf, offset)
     }
