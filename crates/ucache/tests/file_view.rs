@@ -5,7 +5,7 @@
 
 use std::os::unix::fs::FileExt;
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -156,56 +156,17 @@ fn a_view_is_refused_where_it_cannot_work() {
     let cache = Cache::new(CacheOptions::new(16 * BS as u64).batch(2)).unwrap();
     let memory = MemoryStore::new();
     memory.insert("t", vec![0; 8 * BS]);
+    let file = |o: MapOptions| cache.map(Arc::new(FileStore::new()), name, o);
+    let view = || MapOptions::new().buffer_size(BS).file_view(true);
     let refused = [
-        (
-            "writable",
-            cache.map(
-                Arc::new(FileStore::new()),
-                name,
-                MapOptions::new()
-                    .buffer_size(BS)
-                    .file_view(true)
-                    .writable(true),
-            ),
-        ),
-        (
-            "4 KiB buffers",
-            cache.map(
-                Arc::new(FileStore::new()),
-                name,
-                MapOptions::new().file_view(true),
-            ),
-        ),
+        ("writable", file(view().writable(true))),
+        ("4 KiB buffers", file(MapOptions::new().file_view(true))),
         (
             "handler threads",
-            cache.map(
-                Arc::new(FileStore::new()),
-                name,
-                MapOptions::new()
-                    .buffer_size(BS)
-                    .file_view(true)
-                    .fault_handling(FaultHandling::HandlerThreads(1)),
-            ),
+            file(view().fault_handling(FaultHandling::HandlerThreads(1))),
         ),
-        (
-            "not transparent",
-            cache.map(
-                Arc::new(FileStore::new()),
-                name,
-                MapOptions::new()
-                    .buffer_size(BS)
-                    .file_view(true)
-                    .transparent(false),
-            ),
-        ),
-        (
-            "memory store",
-            cache.map(
-                Arc::new(memory),
-                "t",
-                MapOptions::new().buffer_size(BS).file_view(true),
-            ),
-        ),
+        ("not transparent", file(view().transparent(false))),
+        ("memory store", cache.map(Arc::new(memory), "t", view())),
     ];
     for (what, r) in refused {
         assert!(
@@ -218,13 +179,8 @@ fn a_view_is_refused_where_it_cannot_work() {
     assert_eq!(std::fs::metadata(&path).unwrap().len(), 8 * BS as u64);
 }
 
-/// Runs test `name` of this binary as a child with `CHILD=mode`.
 fn child(name: &str, mode: &str) -> Output {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD, mode)
-        .output()
-        .unwrap()
+    common::rerun_as_child(CHILD, name, mode, &[])
 }
 
 fn mode() -> Option<String> {

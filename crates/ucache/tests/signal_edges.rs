@@ -2,7 +2,7 @@
 //! review (2026-11-25) and failing before its fix. Tests that can end a process run as a child
 //! (this binary, re-entered through an environment variable).
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,13 +11,12 @@ use ucache::store::MemoryStore;
 use ucache::{Cache, CacheOptions, MapOptions, Mapping};
 
 const BS: usize = 4096;
+mod common;
+
 const CHILD: &str = "UCACHE_REVIEW_SIG_CHILD";
 
 fn child(name: &str, mode: &str) -> Output {
-    let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD, mode);
-    c.output().unwrap()
+    common::rerun_as_child(CHILD, name, mode, &[])
 }
 
 fn mode() -> Option<String> {

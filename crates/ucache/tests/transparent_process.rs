@@ -18,13 +18,7 @@ const CHILD: &str = "UCACHE_TRANSPARENT_CHILD";
 
 /// Runs test `name` of this binary as a child with `CHILD=mode`.
 fn child(name: &str, mode: &str, extra: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD, mode);
-    for (k, v) in extra {
-        c.env(k, v);
-    }
-    c.output().unwrap()
+    common::rerun_as_child(CHILD, name, mode, extra)
 }
 
 fn mode() -> Option<String> {

@@ -3,7 +3,7 @@
 //! re-entered through an environment variable).
 
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,11 +19,7 @@ const BS: usize = 4096;
 const CHILD: &str = "UCACHE_RACES_CHILD";
 
 fn child(name: &str, mode: &str) -> Output {
-    Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD, mode)
-        .output()
-        .unwrap()
+    common::rerun_as_child(CHILD, name, mode, &[])
 }
 
 fn mode() -> Option<String> {

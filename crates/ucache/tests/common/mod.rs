@@ -31,6 +31,23 @@ pub fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'sta
     }
 }
 
+/// Runs test `name` of this test binary again, as a child process with `var=mode` and `extra`
+/// in its environment, and returns how it ended: how a test checks what a signal or an exit
+/// does to a process without ending the test run. The child sees `var` and runs that part.
+#[allow(dead_code)] // not every test binary that shares this module uses it
+pub fn rerun_as_child(
+    var: &str,
+    name: &str,
+    mode: &str,
+    extra: &[(&str, &str)],
+) -> std::process::Output {
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(var, mode)
+        .envs(extra.iter().copied());
+    c.output().unwrap()
+}
+
 /// Polls `done` every millisecond until it holds, failing the test (naming `what`, with
 /// `detail`'s report) if it still does not after [`HANG`]'s worth of polls. No clock is read:
 /// each poll sleeps at least a millisecond, so the polls last at least [`HANG`] (longer on a
