@@ -323,9 +323,8 @@ impl MappingCore {
             ra
         });
         let budget_buffers = cache.budget.budget_bytes() / bs as u64;
-        // A view's hits never fault and its evictions are cheap to undo (the page cache may still
-        // hold the bytes): no set-aside pool, and no kept marker bytes, since its loads read
-        // nothing into ucache's memory.
+        // A view's hits never fault, so a set-aside pool would never see one; and its loads read
+        // nothing into ucache's memory, so there are no marker bytes to keep.
         let slots = if o.transparent && o.track_access && !o.file_view {
             let want = AsidePool::slots_for(budget_buffers, nbuf, cache.budget.batch_buffers(bs));
             cache.budget.claim_aside(want, bs)

@@ -174,10 +174,10 @@ impl MappingCore {
         if self.is_view() {
             // The kernel reads the file's page; `read`'s bytes, if any, are the same.
             *filled = true;
-            let r = self.home.region().expect("a view has a region");
-            let at = (i << self.shift) as usize;
+            let region = self.home.region().expect("a view has a region");
+            let r = region.reveal((i << self.shift) as usize, self.bs);
             sw.lap(self.stats(), Counter::FaultIoNs);
-            return r.reveal(at, self.bs);
+            return r;
         }
         if !self.home.is_transparent() {
             *filled = true;
