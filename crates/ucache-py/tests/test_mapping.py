@@ -193,8 +193,10 @@ def test_calls_release_the_gil(data_file):
 
 def test_inline_readahead_is_an_option_of_map(tmp_path: Path):
     """`readahead_inline` reaches the mapping either way: a sequential scan of a transparent
-    mapping reads the right bytes, most of them read ahead. (Which thread reads the windows is
-    checked in Rust, crates/ucache/tests/sequential_io.rs.)"""
+    mapping reads the right bytes, some of them read ahead. How many depends on how fast the
+    IO threads run beside the scan (a CI run saw 255 of 1024), so only that readahead ran is
+    asserted; which thread reads the windows is checked in Rust
+    (crates/ucache/tests/sequential_io.rs)."""
     p = tmp_path / "seq.bin"
     want = pattern(1024 * 4096)
     p.write_bytes(want)
@@ -204,7 +206,7 @@ def test_inline_readahead_is_an_option_of_map(tmp_path: Path):
             a = np.frombuffer(m, dtype="<u4")
             np.testing.assert_array_equal(a, np.frombuffer(want, dtype="<u4"))
             s = cache.stats()
-            assert s["prefetches"] > 512, s
+            assert s["prefetches"] > 0, s
             assert s["bytes_read"] >= len(want), s
             del a
 
