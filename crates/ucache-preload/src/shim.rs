@@ -346,7 +346,7 @@ fn view_buffer(cfg: &Config) -> Option<usize> {
         return None;
     }
     let eighth = usize::try_from(cfg.memory / 8).unwrap_or(usize::MAX);
-    let fits = 1usize << (usize::BITS - 1 - eighth.max(1).leading_zeros());
+    let fits = 1usize << eighth.max(1).ilog2();
     let bs = cfg.buffer_size.max(VIEW_BUFFER).min(fits);
     (bs >= MIN).then_some(bs)
 }
