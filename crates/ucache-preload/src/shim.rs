@@ -27,8 +27,8 @@ static REFUSED: AtomicU64 = AtomicU64::new(0);
 const PAGE: usize = 4096;
 /// Smallest buffer of a view (`UCACHE_FILE_VIEW=1`). Each load and eviction of a view's run
 /// changes its protection under the address space's lock, which the program's other threads'
-/// faults wait for: `rg --mmap -j2` on zram ran at 0.77-0.80× plain with 256 KiB buffers and
-/// 0.95-1.0× with 1 MiB ones (docs/results/2026-11-27-guard).
+/// faults wait for: `rg --mmap -j2` on zram ran at 0.62-0.83× plain with 256 KiB buffers and
+/// 0.89-1.0× with 1 MiB ones, inline readahead on (docs/results/2026-11-27-guard).
 const VIEW_BUFFER: usize = 1 << 20;
 /// Largest piece of a transfer whose buffer lies in a shim mapping made resident at once: a
 /// sixteenth of the budget, so that the piece stays resident until the kernel has copied it.
