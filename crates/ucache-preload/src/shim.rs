@@ -597,7 +597,7 @@ pub(crate) fn sync_range(addr: usize, len: usize) -> Option<i32> {
         }
         let (a, b) = (e.offset + lo as u64, e.offset + hi as u64);
         for (_, s) in table::find_inode(e.dev, e.ino) {
-            if !Arc::ptr_eq(&s, &e) && !s.map.is_file_view() {
+            if !Arc::ptr_eq(&s, &e) {
                 evict_one(&s, a, b);
             }
         }
@@ -605,7 +605,12 @@ pub(crate) fn sync_range(addr: usize, len: usize) -> Option<i32> {
     Some(rc)
 }
 
+/// Drops what mapping `e` holds of the file's `[a, b)`, after the file changed there around
+/// it. A view holds nothing of its own: its bytes are the file's page cache, already new.
 fn evict_one(e: &Entry, a: u64, b: u64) {
+    if e.map.is_file_view() {
+        return;
+    }
     let Some((o, l)) = e.rel(a, b) else { return };
     // A buffer that is loading (a readahead on an IO thread, a fault on another thread) may
     // be reading the bytes from before the write, and eviction skips it. So first wait until
@@ -659,12 +664,10 @@ impl FileView {
         }
     }
     /// After the kernel wrote `[a, b)` of the file: every mapping drops its copy, and loads
-    /// the new bytes on the next access. A view has no copy: its bytes are the file's.
+    /// the new bytes on the next access.
     pub fn after_write(&self, a: u64, b: u64) {
         for (_, e) in &self.ents {
-            if !e.map.is_file_view() {
-                evict_one(e, a, b);
-            }
+            evict_one(e, a, b);
         }
     }
     /// Writes back and syncs every writable mapping (`fsync` on the file).
